@@ -1,0 +1,19 @@
+"""Algorithms. Each module exposes ``Config``, ``init``, ``act``, ``update``, ``step``
+and ``train`` (see the design notes); :func:`get` finds one by name."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from types import ModuleType
+
+ALGORITHMS = ("ppo",)
+
+
+def get(name: str) -> ModuleType:
+    """The algorithm module called ``name`` (e.g. ``get("ppo")``)."""
+    if name not in ALGORITHMS:
+        close = difflib.get_close_matches(name, ALGORITHMS, n=3)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise ValueError(f"unknown algorithm {name!r}.{hint} Available: {', '.join(ALGORITHMS)}")
+    return importlib.import_module(f"jaxrl.algorithms.{name}")

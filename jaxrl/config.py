@@ -1,0 +1,87 @@
+"""Config helpers shared by every algorithm.
+
+An algorithm's ``Config`` is a frozen ``flax.struct.dataclass``. Fields that decide
+shapes or program structure are declared with :func:`static` (hashed into the compiled
+program); numeric hyper-parameters are ordinary pytree leaves, so they can be traced and
+``jax.vmap``-ed over without recompiling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from typing import Any
+
+import jax
+import numpy as np
+from flax import struct
+
+
+def static(default: Any, **kwargs) -> Any:
+    """A config field that is part of the program structure (not traced)."""
+    return struct.field(pytree_node=False, default=default, **kwargs)
+
+
+def static_fields(config) -> list[str]:
+    return [f.name for f in dataclasses.fields(config) if not f.metadata.get("pytree_node", True)]
+
+
+def traced_fields(config) -> list[str]:
+    return [f.name for f in dataclasses.fields(config) if f.metadata.get("pytree_node", True)]
+
+
+def freeze_mapping(value: Any, field: str) -> tuple:
+    """Turn a dict (or iterable of pairs) into a sorted tuple of pairs, hashable as static."""
+    if value is None:
+        return ()
+    if isinstance(value, dict):
+        value = value.items()
+    try:
+        pairs = tuple(sorted((str(k), v) for k, v in value))
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{field} must be a dict of name -> value, got {value!r}") from error
+    return pairs
+
+
+def require_int(config, field: str, minimum: int = 1) -> None:
+    """Raise ValueError unless ``config.field`` is an integer >= ``minimum``."""
+    value = getattr(config, field)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{field} must be an integer >= {minimum}, got {value!r}")
+
+
+def require_choice(config, field: str, choices) -> None:
+    value = getattr(config, field)
+    if value not in choices:
+        raise ValueError(f"{field} must be one of {sorted(choices)}, got {value!r}")
+
+
+def require_range(config, field: str, low: float, high: float,
+                  low_open: bool = False, high_open: bool = False) -> None:
+    """Check a traced hyper-parameter when it is concrete (skipped while tracing).
+
+    Arrays (for vmapped sweeps) are checked element-wise.
+    """
+    value = getattr(config, field)
+    if isinstance(value, jax.core.Tracer):
+        return
+    try:
+        array = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{field} must be a number or an array of numbers, got {value!r}") from error
+    above = array > low if low_open else array >= low
+    below = array < high if high_open else array <= high
+    if not (np.all(above) and np.all(below) and np.all(np.isfinite(array) | np.isinf(high))):
+        interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+        raise ValueError(f"{field} must lie in {interval}, got {value!r}")
+
+
+def sweep_axes(config):
+    """``in_axes`` for ``jax.vmap`` over a config whose swept leaves are arrays.
+
+    Leaves with a leading axis (ndim >= 1) are mapped over axis 0; scalars are broadcast::
+
+        configs = config.replace(learning_rate=jnp.array([1e-4, 3e-4, 1e-3]))
+        out = jax.vmap(ppo.train, in_axes=(None, sweep_axes(configs)))(key, configs)
+    """
+    return jax.tree.map(lambda leaf: 0 if np.ndim(leaf) >= 1 else None, config)

@@ -1,0 +1,101 @@
+"""Action distributions as small pytrees: ``sample``, ``log_prob``, ``entropy``, ``mode``.
+
+Batch dims lead; continuous distributions are diagonal over the last (action) axis, so
+``log_prob`` and ``entropy`` sum over it and return ``[...]``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+@struct.dataclass
+class Categorical:
+    """Categorical over the last axis of ``logits [..., K]``; samples are int32 ``[...]``."""
+
+    logits: jax.Array
+
+    def sample(self, key):
+        return jax.random.categorical(key, self.logits, axis=-1).astype(jnp.int32)
+
+    def log_prob(self, action):
+        log_p = jax.nn.log_softmax(self.logits, axis=-1)
+        return jnp.take_along_axis(log_p, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
+
+    def entropy(self):
+        log_p = jax.nn.log_softmax(self.logits, axis=-1)
+        return -jnp.sum(jnp.exp(log_p) * log_p, axis=-1)
+
+    def mode(self):
+        return jnp.argmax(self.logits, axis=-1).astype(jnp.int32)
+
+    def probs(self):
+        return jax.nn.softmax(self.logits, axis=-1)
+
+
+@struct.dataclass
+class Normal:
+    """Diagonal Gaussian with ``loc, scale [..., A]``."""
+
+    loc: jax.Array
+    scale: jax.Array
+
+    def sample(self, key):
+        return self.loc + self.scale * jax.random.normal(key, self.loc.shape, self.loc.dtype)
+
+    def log_prob(self, action):
+        z = (action - self.loc) / self.scale
+        return jnp.sum(-0.5 * z**2 - jnp.log(self.scale) - 0.5 * _LOG_2PI, axis=-1)
+
+    def entropy(self):
+        return jnp.sum(0.5 + 0.5 * _LOG_2PI + jnp.log(self.scale) * jnp.ones_like(self.loc), axis=-1)
+
+    def mode(self):
+        return self.loc
+
+
+def _log_one_minus_tanh_sq(x):
+    """``log(1 - tanh(x)^2)``, computed stably as ``2 (log 2 - x - softplus(-2x))``."""
+    return 2.0 * (math.log(2.0) - x - jax.nn.softplus(-2.0 * x))
+
+
+@struct.dataclass
+class TanhNormal:
+    """``tanh(u)`` with ``u ~ Normal(loc, scale)``: actions in ``(-1, 1)^A``.
+
+    ``log_prob(a) = log N(u) - sum log(1 - tanh(u)^2)``. Use
+    :meth:`sample_and_log_prob` when sampling so the log-prob is computed from the
+    pre-squash value ``u`` (inverting ``tanh`` near +-1 loses precision).
+    """
+
+    loc: jax.Array
+    scale: jax.Array
+
+    def _base(self):
+        return Normal(self.loc, self.scale)
+
+    def sample_and_log_prob(self, key):
+        u = self._base().sample(key)
+        return jnp.tanh(u), self._base().log_prob(u) - jnp.sum(_log_one_minus_tanh_sq(u), axis=-1)
+
+    def sample(self, key):
+        return jnp.tanh(self._base().sample(key))
+
+    def log_prob(self, action, eps: float = 1e-6):
+        u = jnp.arctanh(jnp.clip(action, -1.0 + eps, 1.0 - eps))
+        return self._base().log_prob(u) - jnp.sum(_log_one_minus_tanh_sq(u), axis=-1)
+
+    def entropy(self, key, num_samples: int = 1):
+        """No closed form: a Monte-Carlo estimate ``-E[log p(a)]``."""
+        keys = jax.random.split(key, num_samples)
+        _, log_p = jax.vmap(self.sample_and_log_prob)(keys)
+        return -jnp.mean(log_p, axis=0)
+
+    def mode(self):
+        return jnp.tanh(self.loc)

@@ -1,0 +1,65 @@
+"""Deterministic evaluation over vmapped episodes."""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl import envs
+
+
+class EvalResult(NamedTuple):
+    returns: jax.Array  # [num_episodes] undiscounted return of each episode
+    lengths: jax.Array  # [num_episodes] int32 length of each episode
+
+
+def evaluate(act_fn: Callable, params, env, key: jax.Array, num_episodes: int,
+             env_params=None, max_steps: int | None = None) -> EvalResult:
+    """Run ``num_episodes`` episodes in parallel, each to its first end.
+
+    Args:
+      act_fn: ``act_fn(params, obs [E, ...], key) -> action [E, ...]``, typically the
+        algorithm's ``act`` with ``deterministic=True`` bound.
+      params: whatever ``act_fn`` needs (``state.params``).
+      env: an env id (made with :func:`jaxrl.envs.make`) or a gymnax-API env.
+      env_params: the env's params (defaults to those ``make`` gives / the env's own).
+      max_steps: steps to simulate (static); defaults to ``env_params.max_steps_in_episode``.
+        Episodes still running then are cut there.
+    Works under ``jit`` and ``vmap``.
+    """
+    if isinstance(env, str):
+        env, default_params = envs.make(env)
+        env_params = default_params if env_params is None else env_params
+    elif env_params is None:
+        env_params = env.default_params
+    if max_steps is None:
+        max_steps = int(env_params.max_steps_in_episode)
+    env = envs.ClipAction(env)
+    reset_key, run_key = jax.random.split(key)
+    obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(reset_key, num_episodes), env_params)
+    step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+
+    def cond(carry):
+        t, *_, running = carry
+        return (t < max_steps) & jnp.any(running)
+
+    def body(carry):
+        t, obs, env_state, total, length, running = carry
+        act_key, env_key = jax.random.split(jax.random.fold_in(run_key, t))
+        action = act_fn(params, obs, act_key)
+        obs, env_state, reward, terminated, truncated, _ = step(
+            jax.random.split(env_key, num_episodes), env_state, action, env_params
+        )
+        total = total + jnp.where(running, reward, 0.0)
+        length = length + running.astype(jnp.int32)
+        running = running & ~(terminated | truncated)
+        return t + 1, obs, env_state, total, length, running
+
+    # A while loop stops as soon as every episode has ended (early in training most
+    # end long before the time limit).
+    init = (jnp.zeros((), jnp.int32), obs, env_state, jnp.zeros(num_episodes),
+            jnp.zeros(num_episodes, jnp.int32), jnp.ones(num_episodes, bool))
+    _, _, _, total, length, _ = jax.lax.while_loop(cond, body, init)
+    return EvalResult(total, length)

@@ -1,0 +1,176 @@
+"""Return and advantage estimators, time-major, with explicit episode boundaries.
+
+Conventions for every function (``[T, ...]``: time first, any batch dims after):
+
+* ``r_t``: reward of step ``t``.
+* ``v_t``: value estimate of the state the step started from.
+* ``v_next_t``: value estimate of the state the step reached, *before* any auto-reset
+  (the value of ``Trajectory.next_obs[t]``). At a time-limit truncation this is the
+  value of the final observation, so targets bootstrap through truncation.
+* ``terminated_t``: the MDP ended at step ``t``: nothing after it is bootstrapped.
+* ``truncated_t``: the episode was cut at step ``t`` (time limit): the target
+  bootstraps from ``v_next_t`` but no return flows back from step ``t + 1`` (which
+  belongs to the next episode).
+* The sequence end is treated like a truncation: the last step bootstraps from
+  ``v_next_{T-1}``.
+
+Loops over time are reverse ``lax.scan``s, so compile time does not grow with ``T``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+
+def _check(r_t, *others):
+    chex.assert_rank(r_t, {1, 2, 3})
+    chex.assert_equal_shape([r_t, *others])
+
+
+def _reverse_scan(fn, init, xs):
+    _, ys = jax.lax.scan(fn, init, xs, reverse=True)
+    return ys
+
+
+def gae(r_t: Array, v_t: Array, v_next_t: Array, terminated_t: Array, truncated_t: Array,
+        gamma: float, lambda_: float) -> Array:
+    """Generalised advantage estimation (Schulman et al., 2016, arXiv:1506.02438).
+
+    ``delta_t = r_t + gamma * (1 - terminated_t) * v_next_t - v_t`` and
+    ``A_t = delta_t + gamma * lambda_ * (1 - done_t) * A_{t+1}``, ``A_T = 0``.
+
+    Args: all arrays ``[T, ...]`` (see module docstring); ``gamma``, ``lambda_`` scalars
+    (may be traced). Returns the advantages ``[T, ...]``; value targets are ``A + v_t``.
+    """
+    _check(r_t, v_t, v_next_t, terminated_t, truncated_t)
+    not_terminated = 1.0 - terminated_t.astype(r_t.dtype)
+    continues = 1.0 - jnp.logical_or(terminated_t, truncated_t).astype(r_t.dtype)
+    delta_t = r_t + gamma * not_terminated * v_next_t - v_t
+
+    def backward(advantage_tp1, x):
+        delta, cont = x
+        advantage = delta + gamma * lambda_ * cont * advantage_tp1
+        return advantage, advantage
+
+    return _reverse_scan(backward, jnp.zeros_like(r_t[0]), (delta_t, continues))
+
+
+def lambda_returns(r_t: Array, v_next_t: Array, terminated_t: Array, truncated_t: Array,
+                   gamma: float, lambda_: float) -> Array:
+    """TD(lambda) returns (Sutton & Barto, 2018, ch. 12).
+
+    ``G_t = r_t + gamma * (1 - terminated_t) * ((1 - lambda_) v_next_t + lambda_ G_{t+1})``
+    where ``G_{t+1}`` is replaced by ``v_next_t`` at episode ends and at the sequence end.
+
+    Args: arrays ``[T, ...]``; scalars may be traced. Returns ``[T, ...]``.
+    """
+    _check(r_t, v_next_t, terminated_t, truncated_t)
+    not_terminated = 1.0 - terminated_t.astype(r_t.dtype)
+    continues = 1.0 - jnp.logical_or(terminated_t, truncated_t).astype(r_t.dtype)
+
+    def backward(g_tp1, x):
+        r, v_next, not_term, cont = x
+        g_tp1 = cont * g_tp1 + (1.0 - cont) * v_next  # no return flows across an episode end
+        g = r + gamma * not_term * ((1.0 - lambda_) * v_next + lambda_ * g_tp1)
+        return g, g
+
+    # At the sequence end G_T is replaced by v_next_{T-1}: start the carry from it.
+    return _reverse_scan(backward, v_next_t[-1], (r_t, v_next_t, not_terminated, continues))
+
+
+def discounted_returns(r_t: Array, v_next_t: Array, terminated_t: Array, truncated_t: Array,
+                       gamma: float) -> Array:
+    """Discounted Monte-Carlo returns ``G_t = r_t + gamma * (1 - terminated_t) G_{t+1}``,
+    bootstrapping from ``v_next_t`` at truncations and at the sequence end (pass zeros
+    for pure Monte Carlo). The ``lambda_ = 1`` case of :func:`lambda_returns`."""
+    return lambda_returns(r_t, v_next_t, terminated_t, truncated_t, gamma, 1.0)
+
+
+def n_step_targets(r_t: Array, v_next_t: Array, terminated_t: Array, truncated_t: Array,
+                   gamma: float, n: int) -> Array:
+    """n-step bootstrapped targets (Sutton & Barto, 2018, ch. 7).
+
+    ``G_t = sum_{k<m} gamma^k r_{t+k} + gamma^m (1 - terminated_{t+m-1}) v_next_{t+m-1}``
+    where ``m <= n`` stops early at the first episode end at or after ``t`` and at the
+    sequence end. ``n`` is static (a Python int >= 1).
+
+    Args: arrays ``[T, ...]``. Returns ``[T, ...]``.
+    """
+    _check(r_t, v_next_t, terminated_t, truncated_t)
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    T = r_t.shape[0]
+    dtype = r_t.dtype
+    done_t = jnp.logical_or(terminated_t, truncated_t)
+    not_terminated = 1.0 - terminated_t.astype(dtype)
+
+    def shifted(x, k, fill):
+        """``x[t + k]`` for every ``t``, ``fill`` past the end."""
+        pad = jnp.full((k,) + x.shape[1:], fill, x.dtype)
+        return jnp.concatenate([x[k:], pad], axis=0)
+
+    target = jnp.zeros_like(r_t)
+    discount = jnp.ones_like(r_t)
+    alive = jnp.ones(r_t.shape, bool)
+    time = jnp.arange(T).reshape((T,) + (1,) * (r_t.ndim - 1))
+    for k in range(min(n, T)):  # no step lies beyond the sequence end
+        in_range = (time + k) < T
+        take = alive & in_range
+        target = target + jnp.where(take, discount * shifted(r_t, k, 0.0), 0.0)
+        stop = take & (shifted(done_t, k, True) | (k == n - 1) | (time + k == T - 1))
+        bootstrap = gamma * shifted(not_terminated, k, 0.0) * shifted(v_next_t, k, 0.0)
+        target = target + jnp.where(stop, discount * bootstrap, 0.0)
+        discount = discount * gamma
+        alive = take & ~stop
+    return target.astype(dtype)
+
+
+class VTraceOutput(NamedTuple):
+    vs: Array             # [T, ...] V-trace value targets
+    pg_advantages: Array  # [T, ...] clipped-rho policy-gradient advantages
+
+
+def vtrace(v_t: Array, v_next_t: Array, r_t: Array, terminated_t: Array, truncated_t: Array,
+           log_rho_t: Array, gamma: float, rho_bar: float = 1.0, c_bar: float = 1.0,
+           pg_rho_bar: float | None = None, lambda_: float = 1.0) -> VTraceOutput:
+    """V-trace targets for off-policy actor-critic (Espeholt et al., 2018, IMPALA).
+
+    With ``rho_t = min(rho_bar, pi/mu)`` and ``c_t = lambda_ * min(c_bar, pi/mu)``:
+    ``vs_t = v_t + rho_t delta_t + gamma (1 - done_t) c_t (vs_{t+1} - v_{t+1})``,
+    ``delta_t = r_t + gamma (1 - terminated_t) v_next_t - v_t``; and the policy-gradient
+    advantage ``min(pg_rho_bar, pi/mu) (r_t + gamma (1 - terminated_t) vs'_t - v_t)``
+    with ``vs'_t = vs_{t+1}`` inside an episode and ``v_next_t`` at its end.
+
+    Args:
+      v_t, v_next_t, r_t, terminated_t, truncated_t: ``[T, ...]`` as in the module doc.
+      log_rho_t: ``[T, ...]`` log importance ratios ``log pi(a|s) - log mu(a|s)``.
+      gamma: discount; rho_bar, c_bar, pg_rho_bar (defaults to rho_bar): clipping
+        thresholds (``jnp.inf`` for none); lambda_: trace-cutting mixture.
+    With ``log_rho_t = 0`` and infinite thresholds, ``vs`` equals
+    :func:`discounted_returns` (the on-policy n-step return to the sequence end).
+    """
+    _check(r_t, v_t, v_next_t, terminated_t, truncated_t, log_rho_t)
+    pg_rho_bar = rho_bar if pg_rho_bar is None else pg_rho_bar
+    rho_t = jnp.exp(log_rho_t)
+    clipped_rho = jnp.minimum(rho_bar, rho_t)
+    c_t = lambda_ * jnp.minimum(c_bar, rho_t)
+    not_terminated = 1.0 - terminated_t.astype(r_t.dtype)
+    continues = 1.0 - jnp.logical_or(terminated_t, truncated_t).astype(r_t.dtype)
+    delta_t = clipped_rho * (r_t + gamma * not_terminated * v_next_t - v_t)
+
+    def backward(correction_tp1, x):
+        delta, cont, c = x
+        correction = delta + gamma * cont * c * correction_tp1  # vs_t - v_t
+        return correction, correction
+
+    vs = v_t + _reverse_scan(backward, jnp.zeros_like(r_t[0]), (delta_t, continues, c_t))
+    vs_tp1 = jnp.concatenate([vs[1:], v_next_t[-1:]], axis=0)
+    vs_next = continues * vs_tp1 + (1.0 - continues) * v_next_t
+    pg_advantages = jnp.minimum(pg_rho_bar, rho_t) * (r_t + gamma * not_terminated * vs_next - v_t)
+    return VTraceOutput(jax.lax.stop_gradient(vs), jax.lax.stop_gradient(pg_advantages))

@@ -1,0 +1,74 @@
+"""Collecting experience: ``lax.scan`` over ``jax.vmap``-ed env steps."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl.types import Trajectory
+
+# policy(obs [N, ...], key) -> (action [N, ...], extras: dict of [N, ...] arrays)
+PolicyFn = Callable[[jax.Array, jax.Array], tuple[jax.Array, dict]]
+
+
+def reset(env, env_params, key: jax.Array, num_envs: int):
+    """Reset ``num_envs`` envs; returns ``(obs [N, ...], env_state)``."""
+    return jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(key, num_envs), env_params)
+
+
+def collect(env, env_params, policy: PolicyFn, env_state, obs, key: jax.Array, num_steps: int):
+    """Run ``policy`` for ``num_steps`` steps in every env of the batch.
+
+    ``env`` must report episode statistics (wrap it in
+    :class:`jaxrl.envs.EpisodeStatistics`). ``obs`` is ``[N, ...]`` and ``env_state``
+    the matching batched state, as returned by :func:`reset` or a previous call.
+    Returns ``(trajectory, env_state, obs)`` with ``trajectory`` leaves ``[T, N, ...]``
+    (``T = num_steps``) and the state/obs to continue from.
+    """
+    num_envs = jax.tree.leaves(obs)[0].shape[0]
+    batched_step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+
+    def one_step(carry, step_key):
+        env_state, obs = carry
+        policy_key, env_key = jax.random.split(step_key)
+        action, extras = policy(obs, policy_key)
+        next_obs, env_state, reward, terminated, truncated, info = batched_step(
+            jax.random.split(env_key, num_envs), env_state, action, env_params
+        )
+        transition = Trajectory(
+            obs=obs,
+            action=action,
+            reward=reward.astype(jnp.float32),
+            terminated=terminated,
+            truncated=truncated,
+            next_obs=info["final_observation"],
+            episode_return=info["episode_return"],
+            episode_length=info["episode_length"],
+            extras=extras,
+        )
+        return (env_state, next_obs), transition
+
+    (env_state, obs), trajectory = jax.lax.scan(
+        one_step, (env_state, obs), jax.random.split(key, num_steps)
+    )
+    return trajectory, env_state, obs
+
+
+def episode_metrics(trajectory: Trajectory) -> dict:
+    """Mean return and length over the episodes that *finished* in ``trajectory``.
+
+    Returns scalars ``episode_return`` and ``episode_length`` (NaN when no episode
+    finished: never a zero placeholder) and ``episodes``, the count.
+    """
+    done = trajectory.done
+    count = jnp.sum(done)
+    safe = jnp.maximum(count, 1)
+    mean_return = jnp.sum(jnp.where(done, trajectory.episode_return, 0.0)) / safe
+    mean_length = jnp.sum(jnp.where(done, trajectory.episode_length, 0)) / safe
+    return {
+        "episode_return": jnp.where(count > 0, mean_return, jnp.nan),
+        "episode_length": jnp.where(count > 0, mean_length, jnp.nan),
+        "episodes": count,
+    }
