@@ -1,0 +1,197 @@
+"""Command line: ``python -m jaxrl train ALGO --env ID [--seeds N] [--set field=value ...]``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+
+USAGE_ERROR = 2
+
+
+class UsageError(Exception):
+    """A mistake in the command line: reported in one line, exit status 2."""
+
+
+def _parse_value(text: str, default, field: str):
+    """Parse ``text`` into the type of ``default``."""
+    try:
+        if isinstance(default, bool):
+            lowered = text.strip().lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError
+        if isinstance(default, int):
+            return int(float(text)) if float(text).is_integer() else int(text)
+        if isinstance(default, float):
+            return float(text)
+        if isinstance(default, tuple):
+            return tuple(int(part) for part in text.replace(" ", "").split(",") if part)
+        return text
+    except ValueError:
+        raise UsageError(f"cannot parse {field}={text!r} as {type(default).__name__}") from None
+
+
+def _fields(config_cls):
+    return [f for f in dataclasses.fields(config_cls) if f.name not in ("env_id", "env_kwargs")]
+
+
+def _describe_fields(config_cls) -> str:
+    lines = ["config fields (set with --set field=value; [static] fields change the compiled program):"]
+    for f in _fields(config_cls):
+        kind = "static" if not f.metadata.get("pytree_node", True) else "traced"
+        default = f.default
+        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+        lines.append(f"  {f.name:<24} {str(shown):<12} [{kind}]")
+    return "\n".join(lines)
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected field=value, got {text!r}")
+    key, value = text.split("=", 1)
+    return key.strip(), value.strip()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from jaxrl import algorithms
+
+    parser = argparse.ArgumentParser(prog="python -m jaxrl", description="Train jaxrl agents.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    train = commands.add_parser("train", help="train an algorithm on an env, several seeds at once")
+    algos = train.add_subparsers(dest="algorithm", required=True, metavar="ALGORITHM",
+                                 help=f"one of: {', '.join(algorithms.ALGORITHMS)}")
+    for name in algorithms.ALGORITHMS:
+        module = algorithms.get(name)
+        sub = algos.add_parser(
+            name, help=(module.__doc__ or "").strip().splitlines()[0],
+            epilog=_describe_fields(module.Config), formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        sub.add_argument("--env", default=module.Config.env_id if hasattr(module.Config, "env_id") else None,
+                         help="env id, e.g. CartPole-v1 (default: %(default)s)")
+        sub.add_argument("--seeds", type=int, default=1, help="seeds trained together with vmap (default: 1)")
+        sub.add_argument("--seed", type=int, default=0, help="base random seed (default: 0)")
+        sub.add_argument("--total-timesteps", type=int, default=None, help="env steps per seed")
+        sub.add_argument("--set", type=_key_value, action="append", default=[], metavar="FIELD=VALUE",
+                         help="override a config field (repeatable)")
+        sub.add_argument("--env-param", type=_key_value, action="append", default=[], metavar="NAME=VALUE",
+                         help="override an env parameter, e.g. max_steps_in_episode=200 (repeatable)")
+        sub.add_argument("--no-preset", action="store_true", help="ignore the tuned settings for this env")
+        sub.add_argument("--no-cache", action="store_true", help="disable the persistent compilation cache")
+        sub.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+        sub.add_argument("--json", metavar="PATH", help="also write the summary as JSON")
+    return parser
+
+
+def make_config(module, args):
+    """The Config the command line asks for (raises UsageError on bad input)."""
+    fields = {f.name: f for f in dataclasses.fields(module.Config)}
+    overrides = {}
+    for name, text in args.set:
+        if name not in fields or name in ("env_id", "env_kwargs"):
+            choices = sorted(set(fields) - {"env_id", "env_kwargs"})
+            raise UsageError(f"unknown config field {name!r} for {args.algorithm}; fields: {', '.join(choices)}")
+        overrides[name] = _parse_value(text, fields[name].default, name)
+    if args.total_timesteps is not None:
+        overrides["total_timesteps"] = args.total_timesteps
+    env_kwargs = {}
+    for name, text in args.env_param:
+        try:
+            env_kwargs[name] = json.loads(text)
+        except json.JSONDecodeError:
+            raise UsageError(f"cannot parse env parameter {name}={text!r}") from None
+    if env_kwargs:
+        overrides["env_kwargs"] = env_kwargs
+    if args.seeds < 1:
+        raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
+    try:
+        if hasattr(module, "preset") and not args.no_preset:
+            return module.preset(args.env, **overrides)
+        return module.Config(env_id=args.env, **overrides)
+    except (ValueError, TypeError) as error:
+        raise UsageError(str(error)) from None
+
+
+def _last_finite(values):
+    import numpy as np
+
+    values = np.asarray(values, dtype=np.float64)
+    finite = values[np.isfinite(values)]
+    return float(finite[-1]) if finite.size else math.nan
+
+
+def train_command(args) -> int:
+    import jax
+    import numpy as np
+
+    from jaxrl import algorithms
+    from jaxrl import logging as jaxrl_logging
+
+    module = algorithms.get(args.algorithm)
+    config = make_config(module, args)
+    if not args.no_cache:
+        cache_dir = os.environ.get("JAXRL_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "jaxrl", "xla"))
+        jax.config.update("jax_compilation_cache_dir", cache_dir)
+
+    keys = jax.random.split(jax.random.key(args.seed), args.seeds)
+    train = jax.jit(jax.vmap(module.train, in_axes=(0, None)))
+    print(f"{args.algorithm} on {config.env_id}: {args.seeds} seed(s) x {config.total_timesteps:,} steps", flush=True)
+    start = time.perf_counter()
+    compiled = train.lower(keys, config).compile()
+    compile_time = time.perf_counter() - start
+    print(f"compiled in {compile_time:.1f} s", flush=True)
+
+    start = time.perf_counter()
+    with jaxrl_logging.progress_bar(config.total_timesteps, disable=args.no_progress):
+        output = jax.block_until_ready(compiled(keys, config))
+    run_time = time.perf_counter() - start
+
+    metrics = jax.tree.map(np.asarray, output.metrics)
+    eval_returns = [_last_finite(metrics["eval_return"][seed]) for seed in range(args.seeds)]
+    train_returns = [_last_finite(metrics["episode_return"][seed]) for seed in range(args.seeds)]
+    steps_per_second = args.seeds * config.total_timesteps / run_time
+    print()
+    print(f"{'seed':>6}  {'eval return':>12}  {'train return':>12}")
+    for seed in range(args.seeds):
+        print(f"{seed:>6}  {eval_returns[seed]:>12.1f}  {train_returns[seed]:>12.1f}")
+    print(f"{'mean':>6}  {np.nanmean(eval_returns):>12.1f}  {np.nanmean(train_returns):>12.1f}")
+    print()
+    print(f"wall time {compile_time + run_time:.1f} s (compile {compile_time:.1f} s, run {run_time:.1f} s), "
+          f"{steps_per_second:,.0f} env steps/s")
+    if args.json:
+        summary = {
+            "algorithm": args.algorithm, "env_id": config.env_id, "seeds": args.seeds,
+            "total_timesteps": config.total_timesteps, "eval_return": eval_returns,
+            "train_return": train_returns, "compile_seconds": compile_time, "run_seconds": run_time,
+            "steps_per_second": steps_per_second,
+        }
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=2)
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    # Unknown algorithms get our one-line message rather than argparse's choice dump.
+    if len(argv) >= 2 and argv[0] == "train" and not argv[1].startswith("-"):
+        from jaxrl import algorithms
+
+        try:
+            algorithms.get(argv[1])
+        except ValueError as error:
+            print(f"jaxrl: error: {error}", file=sys.stderr)
+            return USAGE_ERROR
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "train":
+            return train_command(args)
+    except UsageError as error:
+        print(f"jaxrl: error: {error}", file=sys.stderr)
+        return USAGE_ERROR
+    return USAGE_ERROR
