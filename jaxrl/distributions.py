@@ -30,7 +30,8 @@ class Categorical:
 
     def entropy(self):
         log_p = jax.nn.log_softmax(self.logits, axis=-1)
-        return -jnp.sum(jnp.exp(log_p) * log_p, axis=-1)
+        # Masked actions (logit -inf) contribute 0, not 0 * -inf = NaN.
+        return -jnp.sum(jnp.where(log_p > -jnp.inf, jnp.exp(log_p) * log_p, 0.0), axis=-1)
 
     def mode(self):
         return jnp.argmax(self.logits, axis=-1).astype(jnp.int32)

@@ -66,6 +66,10 @@ class Wrapper:
         self._env = env
 
     def __getattr__(self, name):
+        # Only called for names not found normally; refusing private names keeps copy and
+        # pickle (which probe attributes before ``__init__`` ran) from recursing.
+        if name.startswith("__") or name == "_env":
+            raise AttributeError(name)
         return getattr(self._env, name)
 
     @property

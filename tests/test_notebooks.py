@@ -1,0 +1,24 @@
+"""Every notebook in notebooks/ runs top to bottom (code cells executed in order in one
+namespace, as a kernel would)."""
+
+import json
+import pathlib
+
+import pytest
+
+NOTEBOOKS = sorted((pathlib.Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs(path):
+    notebook = json.loads(path.read_text())
+    namespace = {"__name__": "__main__"}
+    for index, cell in enumerate(notebook["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"])
+        exec(compile(source, f"{path.name}[cell {index}]", "exec"), namespace)
