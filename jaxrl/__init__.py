@@ -1,8 +1,12 @@
 """jaxrl: reinforcement learning as pure functions over pytrees, compiled whole with JAX."""
 
-from jaxrl import algorithms, envs, evaluation, returns, rollout
-from jaxrl.config import sweep_axes
-from jaxrl.types import Trajectory, TrainOutput
+from jaxrl._xla import apply_safe_flags as _apply_safe_flags
+
+_apply_safe_flags()
+
+from jaxrl import algorithms, envs, evaluation, returns, rollout  # noqa: E402
+from jaxrl.config import sweep_axes  # noqa: E402
+from jaxrl.types import Trajectory, TrainOutput  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["algorithms", "envs", "evaluation", "returns", "rollout", "sweep_axes", "Trajectory", "TrainOutput"]

@@ -26,7 +26,10 @@ class Categorical:
 
     def log_prob(self, action):
         log_p = jax.nn.log_softmax(self.logits, axis=-1)
-        return jnp.take_along_axis(log_p, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
+        # A one-hot product rather than a gather: its gradient is not a scatter, which
+        # is slow on CPU.
+        one_hot = jax.nn.one_hot(action, self.logits.shape[-1], dtype=log_p.dtype)
+        return jnp.sum(jnp.where(one_hot > 0, log_p, 0.0), axis=-1)
 
     def entropy(self):
         log_p = jax.nn.log_softmax(self.logits, axis=-1)

@@ -30,12 +30,11 @@ def collect(env, env_params, policy: PolicyFn, env_state, obs, key: jax.Array, n
     num_envs = jax.tree.leaves(obs)[0].shape[0]
     batched_step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 
-    def one_step(carry, step_key):
+    def one_step(carry, step_keys):
         env_state, obs = carry
-        policy_key, env_key = jax.random.split(step_key)
-        action, extras = policy(obs, policy_key)
+        action, extras = policy(obs, step_keys[0])
         next_obs, env_state, reward, terminated, truncated, info = batched_step(
-            jax.random.split(env_key, num_envs), env_state, action, env_params
+            step_keys[1:], env_state, action, env_params
         )
         transition = Trajectory(
             obs=obs,
@@ -50,9 +49,10 @@ def collect(env, env_params, policy: PolicyFn, env_state, obs, key: jax.Array, n
         )
         return (env_state, next_obs), transition
 
-    (env_state, obs), trajectory = jax.lax.scan(
-        one_step, (env_state, obs), jax.random.split(key, num_steps)
-    )
+    # All keys in one vectorised split up front: per step, one for the policy and one
+    # per env (many small splits inside the loop cost more on CPU).
+    keys = jax.random.split(key, (num_steps, num_envs + 1))
+    (env_state, obs), trajectory = jax.lax.scan(one_step, (env_state, obs), keys)
     return trajectory, env_state, obs
 
 
