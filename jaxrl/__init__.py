@@ -1,8 +1,8 @@
 """jaxrl: reinforcement learning as pure functions over pytrees, compiled whole with JAX."""
 
-from jaxrl._xla import apply_safe_flags as _apply_safe_flags
+from jaxrl._xla import configure as _configure_xla
 
-_apply_safe_flags()
+_configure_xla()
 
 from jaxrl import algorithms, envs, evaluation, returns, rollout  # noqa: E402
 from jaxrl.config import sweep_axes  # noqa: E402

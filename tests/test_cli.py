@@ -59,6 +59,6 @@ def test_tiny_training_run_prints_a_table(tmp_path):
 
 def test_importing_jaxrl_sets_the_safe_xla_flags():
     code = "import os, jaxrl; print(os.environ.get('XLA_FLAGS', ''))"
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAXRL_NO_XLA_FLAGS")}
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAXRL_NO_XLA_SETTINGS")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert "--xla_cpu_enable_concurrency_optimized_scheduler=false" in out.stdout

@@ -181,3 +181,30 @@ def test_learns_pendulum():
     out = jax.jit(jax.vmap(ppo.train, in_axes=(0, None)))(keys, config)
     final = _final_eval(out.metrics)
     assert (final >= -250).sum() >= 4, final
+
+
+def test_observation_statistics_live_in_params():
+    """With normalize_observations, ``step`` folds each rollout's raw observations into
+    ``params["obs_stats"]`` (after the update), so ``act`` needs nothing but params."""
+    config = ppo.Config(env_id="Pendulum-v1", num_envs=2, num_steps=8, total_timesteps=16, num_minibatches=2,
+                        normalize_observations=True, num_evals=0, num_reports=0)
+    state = ppo.init(jax.random.key(0), config)
+    obs_before = np.asarray(state.obs)
+    stepped, _ = jax.jit(ppo.step, static_argnames="config")(state, jax.random.key(1), config)
+    stats = stepped.params["obs_stats"]
+    np.testing.assert_allclose(float(stats.count), 16 + 1e-4, rtol=1e-6)
+    assert np.all(np.abs(np.asarray(stats.mean)) <= 8.0)  # Pendulum's observation bounds
+    assert np.asarray(stats.mean)[2] != 0.0
+    np.testing.assert_array_equal(np.asarray(stats.mean).shape, obs_before.shape[1:])
+
+
+def test_progress_reports_reach_host_sinks():
+    from jaxrl import logging as jaxrl_logging
+
+    config = SMALL.replace(num_reports=3)
+    seen = []
+    with jaxrl_logging.sink(seen.append):
+        out = jax.block_until_ready(jax.jit(ppo.train)(jax.random.key(0), config))
+    timesteps = [int(report["timesteps"]) for report in seen]
+    assert len(timesteps) == 3 and timesteps[-1] == int(out.state.timesteps)
+    assert timesteps == sorted(timesteps)

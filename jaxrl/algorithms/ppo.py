@@ -158,12 +158,10 @@ def make_optimizer(config: Config) -> optax.GradientTransformation:
             return config.learning_rate
         return config.learning_rate * (1.0 - jnp.minimum(count, num_updates) / num_updates)
 
-    # Flattened into one vector: a few large element-wise kernels instead of several
-    # per parameter array (per-kernel overhead dominates small networks on CPU).
-    return optax.flatten(optax.chain(
+    return optax.chain(
         optax.clip_by_global_norm(config.max_grad_norm),
         optax.inject_hyperparams(optax.adam)(learning_rate=learning_rate, eps=1e-5),
-    ))
+    )
 
 
 def _check_traced(config: Config) -> None:

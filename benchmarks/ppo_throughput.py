@@ -1,0 +1,625 @@
+"""PPO throughput on CartPole-v1 at PureJaxRL's configuration, jaxrl vs rejax.
+
+    python benchmarks/ppo_throughput.py                      # 500k steps, 1 and 8 seeds
+    python benchmarks/ppo_throughput.py --total-timesteps 51200 --seeds 1 2
+    python benchmarks/ppo_throughput.py --no-peers --markdown out.md --plot out.png
+
+For each library and number of seeds (``jax.vmap`` of the whole training run over PRNG
+keys) it measures, each in a fresh subprocess with JAX's persistent compilation cache
+off:
+
+* compile time: ``jax.jit(f).lower(...)`` plus ``.compile()`` (tracing included);
+* run time of the compiled function until ``block_until_ready``, run twice (``--runs``);
+  the table reports the fastest run (on a shared machine the fastest is the better estimate;
+  all are shown), and steps/s = seeds * env steps actually trained per seed / run time;
+* final return: mean over seeds of the last evaluation's mean return, and mean over
+  seeds of the last finished training episodes' return.
+
+Both sides evaluate periodically during training, as jaxrl does by default: 10 times
+per run (``--evals``), 10 episodes each (``--eval-episodes``), and those evaluations are
+part of the timed run. ``--evals 0`` turns evaluation off on both sides.
+
+rejax 0.1.3 (if installed and not ``--no-peers``) runs through
+``gymnax.wrappers.LegacyStepAPIWrapper`` (it expects gymnax's pre-1.0 five-value step).
+Its PPO has a constant learning rate, element-wise gradient clipping and Adam eps 1e-8,
+so by default its optimiser is replaced by PureJaxRL's (global-norm clip, Adam eps
+1e-5, learning rate annealed linearly to 0 per minibatch update, as jaxrl does);
+``--rejax-stock-optimizer`` keeps rejax's own. See ``NOTES`` for what else differs.
+
+A measurement that fails, times out (``--timeout``) or hangs (its process uses no CPU for
+``--stall-timeout`` seconds; it is then killed) is reported in the table, with the phase
+it was in, instead of stopping the benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+import traceback
+
+ENV_ID = "CartPole-v1"
+RESULT_TAG = "@@PPO_THROUGHPUT_RESULT@@"
+PHASE_TAG = "@@PPO_THROUGHPUT_PHASE@@ "
+
+# PureJaxRL's CartPole PPO (purejaxrl/ppo.py), in jaxrl's field names.
+PUREJAXRL = dict(
+    num_envs=4, num_steps=128, total_timesteps=500_000, num_epochs=4, num_minibatches=4,
+    hidden_sizes=(64, 64), activation="tanh", anneal_lr=True, learning_rate=2.5e-4,
+    gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5,
+)
+
+NOTES = [
+    "Both: CartPole-v1, 4 envs x 128 steps, 4 epochs x 4 minibatches, separate 64x64 tanh "
+    "actor and critic MLPs, Adam lr 2.5e-4 annealed linearly to 0, gamma .99, GAE lambda .95, "
+    "clip .2 (policy and value), ent .01, vf .5, grad-norm clip .5, advantages normalised per minibatch.",
+    "Steps trained: total_timesteps // 512 iterations of 512 steps (500k -> 976 iterations = "
+    "499,712 steps for jaxrl, as in PureJaxRL). rejax evaluates every eval_freq steps in equal "
+    "blocks, so it runs evals * ceil(iterations / evals) iterations (500k, 10 evals -> 980 = "
+    "501,760 steps); steps/s uses each side's own count.",
+    "jaxrl: ppo.Config with num_reports=0 (no host callbacks); evaluation = deterministic "
+    "policy (mode), `evals` times spread over the run incl. the last iteration, no initial eval.",
+    "rejax: eval_callback replaced by rejax.evaluate.evaluate with `eval-episodes` episodes "
+    "(rejax's default is 128) using rejax's own act, which SAMPLES the policy; "
+    "skip_initial_evaluation=True; one eval after each block, the last at the end.",
+    "rejax: env = LegacyStepAPIWrapper(LogWrapper(gymnax CartPole-v1)); LogWrapper only to read "
+    "the last finished training-episode returns (jaxrl tracks them with its own EpisodeStatistics).",
+    "rejax differs by design: flax-default (lecun) init instead of orthogonal; actor and critic "
+    "have separate optimisers, so the .5 global-norm clip is applied to each network's gradient "
+    "separately (jaxrl: jointly); truncation is treated as termination (jaxrl bootstraps "
+    "truncated episodes); two forward/backward passes per minibatch (actor, critic).",
+]
+
+
+# ============================================================================ child
+
+
+def _setup_jax():
+    os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
+    os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
+    import jax
+
+    jax.config.update("jax_enable_compilation_cache", False)
+    return jax
+
+
+def _phase(text):
+    """Tell the parent what the child is doing (named in the error if it hangs)."""
+    print(PHASE_TAG + text, file=sys.stderr, flush=True)
+
+
+def _time_compiled(jax, fn, args, runs):
+    """(lower_s, compile_s, [run_s...], output of the last run)."""
+    _phase("lowering")
+    t0 = time.perf_counter()
+    lowered = jax.jit(fn).lower(*args)
+    t1 = time.perf_counter()
+    _phase("compiling")
+    compiled = lowered.compile()
+    t2 = time.perf_counter()
+    run_times, out = [], None
+    for run in range(runs):
+        del out  # free the previous run's output before the next
+        _phase(f"run {run + 1} of {runs} (compiled in {t2 - t0:.1f} s; runs so far: "
+               f"{', '.join(f'{t:.2f}' for t in run_times) or 'none'})")
+        start = time.perf_counter()
+        out = jax.block_until_ready(compiled(*args))
+        run_times.append(time.perf_counter() - start)
+    _phase("collecting results")
+    return t1 - t0, t2 - t1, run_times, out
+
+
+def _last_finite(x):
+    """Last finite value along the last axis, per leading index (NaN if none)."""
+    import numpy as np
+
+    x = np.asarray(x, dtype=np.float64)
+    out = np.full(x.shape[:-1], np.nan)
+    for index in np.ndindex(*x.shape[:-1]):
+        finite = np.flatnonzero(np.isfinite(x[index]))
+        if finite.size:
+            out[index] = x[index][finite[-1]]
+    return out
+
+
+def _nanmean(x):
+    import numpy as np
+
+    x = np.asarray(x, dtype=np.float64)
+    return float(np.nanmean(x)) if np.isfinite(x).any() else float("nan")
+
+
+def run_jaxrl(jax, args, seeds):
+    import dataclasses
+
+    import numpy as np
+
+    from jaxrl.algorithms import ppo
+
+    fields = dict(PUREJAXRL, total_timesteps=args.total_timesteps)
+    config = ppo.Config(env_id=ENV_ID, num_reports=0, num_evals=args.evals,
+                        eval_episodes=args.eval_episodes, **fields)
+    defaults = ppo.Config()
+    mismatched = {k: (getattr(defaults, k), v) for k, v in PUREJAXRL.items() if getattr(defaults, k) != v}
+
+    keys = jax.random.split(jax.random.key(args.seed), seeds)
+    train = jax.vmap(ppo.train, in_axes=(0, None))
+    lower_s, compile_s, run_times, out = _time_compiled(jax, train, (keys, config), args.runs)
+    metrics = jax.device_get(out.metrics)
+    steps_per_seed = int(metrics["timesteps"][0, -1])
+    settings = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    return dict(
+        lower_s=lower_s, compile_s=compile_s, run_times=run_times, steps_per_seed=steps_per_seed,
+        iterations=config.num_iterations,
+        final_eval_return=_nanmean(_last_finite(metrics["eval_return"])) if args.evals else float("nan"),
+        final_train_return=_nanmean(_last_finite(metrics["episode_return"])),
+        evals_done=int(np.isfinite(metrics["eval_return"][0]).sum()),
+        evaluation=f"{args.evals} x {args.eval_episodes} episodes, deterministic" if args.evals else "off",
+        settings={k: repr(v) for k, v in settings.items()},
+        defaults_match_purejaxrl=not mismatched,
+        defaults_mismatch={k: repr(v) for k, v in mismatched.items()},
+    )
+
+
+def _rejax_ppo_class(stock_optimizer):
+    import optax
+    import rejax
+    from flax import struct
+    from flax.training.train_state import TrainState
+    from jax import numpy as jnp
+    from rejax.algos.algorithm import register_init
+
+    if stock_optimizer:
+        return rejax.PPO
+
+    class PureJaxRLOptimizerPPO(rejax.PPO):
+        """rejax PPO with PureJaxRL's optimiser: global-norm clip, Adam eps 1e-5, LR annealing."""
+
+        num_updates: int = struct.field(pytree_node=False, default=1)
+
+        @register_init
+        def initialize_network_params(self, rng):  # overrides rejax's (same name, same state)
+            import jax
+
+            rng, rng_actor, rng_critic = jax.random.split(rng, 3)
+            obs_ph = jnp.empty([1, *self.env.observation_space(self.env_params).shape])
+            actor_params = self.actor.init(rng_actor, obs_ph, rng_actor)
+            critic_params = self.critic.init(rng_critic, obs_ph)
+            learning_rate, num_updates = self.learning_rate, self.num_updates
+
+            def schedule(count):  # the same linear annealing as jaxrl's make_optimizer
+                return learning_rate * (1.0 - jnp.minimum(count, num_updates) / num_updates)
+
+            tx = optax.chain(optax.clip_by_global_norm(self.max_grad_norm), optax.adam(schedule, eps=1e-5))
+            return {
+                "actor_ts": TrainState.create(apply_fn=(), params=actor_params, tx=tx),
+                "critic_ts": TrainState.create(apply_fn=(), params=critic_params, tx=tx),
+            }
+
+    return PureJaxRLOptimizerPPO
+
+
+def run_rejax(jax, args, seeds):
+    import gymnax
+    import rejax.evaluate
+    from gymnax.wrappers import LegacyStepAPIWrapper, LogWrapper
+
+    p = PUREJAXRL
+    batch = p["num_envs"] * p["num_steps"]
+    iterations = args.total_timesteps // batch  # what jaxrl runs
+    if args.evals:
+        per_block = math.ceil(iterations / args.evals)
+        num_blocks = args.evals
+    else:
+        per_block, num_blocks = iterations, 1
+    eval_freq = per_block * batch
+    total_timesteps = num_blocks * eval_freq  # rejax runs ceil(total / eval_freq) blocks
+
+    class Env(LegacyStepAPIWrapper):
+        # rejax deep-copies its config (in create() and in its `config` property, which
+        # init_state touches); the gymnax wrappers' __getattr__ recurses forever on the
+        # half-built copy. Envs are stateless, so sharing is a correct copy.
+        def __deepcopy__(self, memo):
+            return self
+
+    base_env, env_params = gymnax.make(ENV_ID)
+    env = Env(LogWrapper(base_env))
+    cls = _rejax_ppo_class(args.rejax_stock_optimizer)
+    extra = {} if args.rejax_stock_optimizer else {
+        "num_updates": num_blocks * per_block * p["num_epochs"] * p["num_minibatches"]}
+    algo = cls.create(
+        env=env, env_params=env_params,
+        num_envs=p["num_envs"], num_steps=p["num_steps"], num_epochs=p["num_epochs"],
+        num_minibatches=p["num_minibatches"], total_timesteps=total_timesteps, eval_freq=eval_freq,
+        skip_initial_evaluation=True,
+        learning_rate=p["learning_rate"], gamma=p["gamma"], gae_lambda=p["gae_lambda"],
+        clip_eps=p["clip_eps"], ent_coef=p["ent_coef"], vf_coef=p["vf_coef"],
+        max_grad_norm=p["max_grad_norm"],
+        agent_kwargs={"activation": p["activation"], "hidden_layer_sizes": p["hidden_sizes"]},
+        **extra,
+    )
+    eval_episodes = args.eval_episodes
+
+    if args.evals:
+        def eval_callback(algo, ts, rng):
+            act = algo.make_act(ts)
+            return rejax.evaluate.evaluate(act, rng, env, env_params, eval_episodes,
+                                           env_params.max_steps_in_episode)
+    else:
+        def eval_callback(algo, ts, rng):
+            import jax.numpy as jnp
+
+            return jnp.zeros((0,), jnp.int32), jnp.zeros((0,))
+    algo = algo.replace(eval_callback=eval_callback)
+
+    keys = jax.random.split(jax.random.key(args.seed), seeds)
+    train = jax.vmap(algo.train)
+    lower_s, compile_s, run_times, out = _time_compiled(jax, train, (keys,), args.runs)
+    ts, (lengths, returns) = jax.device_get(out)
+    import numpy as np
+
+    steps_per_seed = int(np.asarray(ts.global_step).reshape(-1)[0])
+    log_state = ts.env_state  # LogEnvState [seeds, num_envs]
+    valid = np.asarray(log_state.returned_episode_valid)
+    last_returns = np.where(valid, np.asarray(log_state.returned_episode_returns, np.float64), np.nan)
+    settings = {
+        "num_envs": algo.num_envs, "num_steps": algo.num_steps, "num_epochs": algo.num_epochs,
+        "num_minibatches": algo.num_minibatches, "total_timesteps": algo.total_timesteps,
+        "eval_freq": algo.eval_freq, "skip_initial_evaluation": algo.skip_initial_evaluation,
+        "learning_rate": algo.learning_rate, "gamma": algo.gamma, "gae_lambda": algo.gae_lambda,
+        "clip_eps": algo.clip_eps, "ent_coef": algo.ent_coef, "vf_coef": algo.vf_coef,
+        "max_grad_norm": algo.max_grad_norm,
+        "hidden_layer_sizes": algo.actor.hidden_layer_sizes,
+        "activation": getattr(algo.actor.activation, "__name__", algo.actor.activation),
+        "normalize_observations": algo.normalize_observations, "normalize_rewards": algo.normalize_rewards,
+        "optimizer": ("rejax stock: optax.clip (element-wise) + adam(constant lr, eps 1e-8)"
+                      if args.rejax_stock_optimizer else
+                      f"clip_by_global_norm + adam(eps 1e-5, lr annealed to 0 over {extra['num_updates']} updates)"),
+    }
+    return dict(
+        lower_s=lower_s, compile_s=compile_s, run_times=run_times, steps_per_seed=steps_per_seed,
+        iterations=num_blocks * per_block,
+        final_eval_return=float(np.mean(np.asarray(returns)[:, -1])) if args.evals else float("nan"),
+        final_train_return=_nanmean(np.nanmean(last_returns, axis=-1)) if np.isfinite(last_returns).any()
+        else float("nan"),
+        evals_done=int(np.asarray(returns).shape[1]) if args.evals else 0,
+        evaluation=f"{args.evals} x {eval_episodes} episodes, stochastic" if args.evals else "off",
+        settings={k: repr(v) for k, v in settings.items()},
+    )
+
+
+def child_main(args):
+    library, seeds = args.one[0], int(args.one[1])
+    result = {"library": library, "seeds": seeds}
+    try:
+        if library == "jaxrl" or args.peer_with_jaxrl_settings:
+            # jaxrl applies these on import (jaxrl/_xla.py); a peer runs as its own users
+            # run it unless asked to run under the same process settings.
+            from jaxrl._xla import configure
+
+            configure()
+        jax = _setup_jax()
+        import importlib.metadata as md
+
+        result["machine"] = dict(
+            jax=jax.__version__, jaxlib=md.version("jaxlib"), backend=jax.default_backend(),
+            devices=[str(d) for d in jax.devices()],
+            compilation_cache=bool(jax.config.jax_enable_compilation_cache),
+            xla_flags=os.environ.get("XLA_FLAGS", ""),
+        )
+        result["loadavg_before"] = os.getloadavg()
+        runner = {"jaxrl": run_jaxrl, "rejax": run_rejax}[library]
+        if library == "rejax":
+            result["machine"]["rejax"] = md.version("rejax")
+        result["machine"]["gymnax"] = md.version("gymnax")
+        result.update(runner(jax, args, seeds))
+        result["loadavg_after"] = os.getloadavg()
+    except Exception as error:  # reported in the table, not raised
+        traceback.print_exc()
+        result["error"] = f"{type(error).__name__}: {error}".strip()[:500]
+    print(RESULT_TAG + json.dumps(result, default=str), flush=True)
+
+
+# ============================================================================ parent
+
+
+def _measure(args, library, seeds):
+    cmd = [sys.executable, os.path.abspath(__file__), "--one", library, str(seeds),
+           "--total-timesteps", str(args.total_timesteps), "--evals", str(args.evals),
+           "--eval-episodes", str(args.eval_episodes), "--seed", str(args.seed), "--runs", str(args.runs)]
+    if args.rejax_stock_optimizer:
+        cmd.append("--rejax-stock-optimizer")
+    if args.peer_with_jaxrl_settings:
+        cmd.append("--peer-with-jaxrl-settings")
+    env = dict(os.environ, JAX_ENABLE_COMPILATION_CACHE="false")
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    start = last_progress = time.monotonic()
+    last_cpu, killed = -1.0, None
+    while True:
+        try:
+            stdout, stderr = proc.communicate(timeout=5)
+            break
+        except subprocess.TimeoutExpired:
+            now, cpu = time.monotonic(), _cpu_seconds(proc.pid)
+            if cpu is not None and cpu > last_cpu + 1.0:
+                last_cpu, last_progress = cpu, now
+            if now - start > args.timeout:
+                killed = f"timed out after {args.timeout:.0f} s"
+            elif cpu is not None and now - last_progress > args.stall_timeout:
+                killed = (f"hung: no CPU use for {now - last_progress:.0f} s (--stall-timeout), "
+                          f"{cpu:.0f} s CPU in {now - start:.0f} s")
+            if killed:
+                proc.kill()
+                stdout, stderr = proc.communicate()
+                break
+    phases = [line[len(PHASE_TAG):] for line in stderr.splitlines() if line.startswith(PHASE_TAG)]
+    stderr = "\n".join(line for line in stderr.splitlines() if not line.startswith(PHASE_TAG))
+    if args.verbose and (killed or proc.returncode):
+        sys.stderr.write(stderr + "\n")
+    if killed:
+        return {"library": library, "seeds": seeds,
+                "error": f"{killed}; killed during: {phases[-1] if phases else 'start-up'}"}
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(RESULT_TAG):
+            return json.loads(line[len(RESULT_TAG):])
+    tail = " | ".join(stderr.strip().splitlines()[-3:])
+    return {"library": library, "seeds": seeds,
+            "error": (f"subprocess exited {proc.returncode} without a result during "
+                      f"{phases[-1] if phases else 'start-up'}: {tail}")[:500]}
+
+
+def _cpu_seconds(pid):
+    """User + system CPU seconds of a running process (Linux /proc), or None if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _fmt(x, spec):
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def _derive(results):
+    for r in results:
+        if "error" in r:
+            continue
+        r["run_s"] = min(r["run_times"])
+        r["total_compile_s"] = r["lower_s"] + r["compile_s"]
+        r["steps_per_s"] = r["seeds"] * r["steps_per_seed"] / r["run_s"]
+    by_key = {(r["library"], r["seeds"]): r for r in results}
+    for r in results:
+        peer = by_key.get(("rejax", r["seeds"]))
+        if r["library"] == "jaxrl" and peer and "error" not in peer and "error" not in r:
+            r["ratio_steps"] = r["steps_per_s"] / peer["steps_per_s"]
+            r["ratio_compile"] = r["total_compile_s"] / peer["total_compile_s"]
+
+
+HEADERS = ["library", "seeds", "steps/seed", "compile s", "run s (fastest)", "all runs s", "steps/s",
+           "final eval return", "last train ep. return", "evaluation", "jaxrl/rejax steps/s", "jaxrl/rejax compile"]
+
+
+def _rows(results):
+    rows = []
+    for r in results:
+        if "error" in r:
+            rows.append([r["library"], str(r["seeds"]), "-", "-", "-", "-", "-", "-", "-", "-",
+                         "-", "-", ])
+            continue
+        rows.append([
+            r["library"], str(r["seeds"]), f"{r['steps_per_seed']:,}", _fmt(r["total_compile_s"], ".1f"),
+            _fmt(r["run_s"], ".2f"), ", ".join(f"{t:.2f}" for t in r["run_times"]), f"{r['steps_per_s']:,.0f}",
+            _fmt(r["final_eval_return"], ".1f"), _fmt(r["final_train_return"], ".1f"), r["evaluation"],
+            _fmt(r.get("ratio_steps"), ".2f") + ("x" if "ratio_steps" in r else ""),
+            _fmt(r.get("ratio_compile"), ".2f") + ("x" if "ratio_compile" in r else ""),
+        ])
+    return rows
+
+
+def _text_table(rows):
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(HEADERS)]
+    line = lambda cells: "  ".join(c.rjust(w) if i not in (0, 9) else c.ljust(w)  # noqa: E731
+                                   for i, (c, w) in enumerate(zip(cells, widths)))
+    return "\n".join([line(HEADERS), line(["-" * w for w in widths])] + [line(row) for row in rows])
+
+
+def _markdown_table(rows):
+    out = ["| " + " | ".join(HEADERS) + " |", "|" + "|".join("---" for _ in HEADERS) + "|"]
+    return "\n".join(out + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def _machine_lines(results, command):
+    info = next((r["machine"] for r in results if "machine" in r), {})
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:
+        affinity = "?"
+    loads = [r.get("loadavg_before") for r in results if r.get("loadavg_before")]
+    return [
+        f"command: {command}",
+        f"python {platform.python_version()} ({sys.executable}), {platform.platform()}, "
+        f"{platform.processor() or platform.machine()}",
+        f"cpu count: {os.cpu_count()} (usable: {affinity}); load average (1 min) before each "
+        f"measurement: {', '.join(f'{l[0]:.2f}' for l in loads) or '-'}",
+        f"jax {info.get('jax', '?')}, jaxlib {info.get('jaxlib', '?')}, backend {info.get('backend', '?')}, "
+        f"devices {info.get('devices', '?')}, gymnax {info.get('gymnax', '?')}, "
+        f"rejax {next((r['machine']['rejax'] for r in results if 'rejax' in r.get('machine', {})), '-')}",
+        "each measurement in a fresh subprocess, persistent compilation cache off; "
+        "compile s = lower + compile; run s = the fastest of "
+        f"{len(next((r['run_times'] for r in results if 'run_times' in r), [])) or '?'} runs of the compiled "
+        "function, all listed in order (the first includes no compilation; on a shared machine the fastest "
+        "is the better estimate); "
+        "steps/s = seeds * steps/seed / run s",
+    ]
+
+
+def _errors(results):
+    return [f"{r['library']} x{r['seeds']}: {r['error']}" for r in results if "error" in r]
+
+
+def _settings_lines(results):
+    lines = []
+    seen = set()
+    for r in results:
+        if "settings" in r and r["library"] not in seen:
+            seen.add(r["library"])
+            lines.append(f"{r['library']} settings: " + ", ".join(f"{k}={v}" for k, v in r["settings"].items()))
+            if r["library"] == "jaxrl":
+                lines.append("jaxrl ppo.Config() defaults equal PureJaxRL's CartPole settings: "
+                             + ("yes" if r.get("defaults_match_purejaxrl") else
+                                f"NO, (default, used): {r.get('defaults_mismatch')}"))
+    return lines
+
+
+def _plot(results, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in results if "error" not in r]
+    libraries = sorted({r["library"] for r in ok}, key=["jaxrl", "rejax"].index)
+    seeds = sorted({r["seeds"] for r in ok})
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    width = 0.8 / max(len(libraries), 1)
+    for ax, key, title in ((axes[0], "steps_per_s", "env steps / s (steady state)"),
+                           (axes[1], "total_compile_s", "compile time (s)")):
+        for i, library in enumerate(libraries):
+            values = [next((r[key] for r in ok if r["library"] == library and r["seeds"] == s), None) for s in seeds]
+            xs = [j + (i - (len(libraries) - 1) / 2) * width for j in range(len(seeds))]
+            bars = ax.bar(xs, [v or 0 for v in values], width, label=library, color=f"C{i}")
+            labels = ["failed" if v is None else f"{v / 1000:,.0f}k" if key == "steps_per_s" else f"{v:.1f}"
+                      for v in values]
+            ax.bar_label(bars, labels=labels, fontsize=8)
+        ax.set_xticks(range(len(seeds)), [f"{s} seed{'s' * (s > 1)}" for s in seeds])
+        ax.set_title(title)
+        ax.legend()
+    fig.suptitle(f"PPO {ENV_ID}, PureJaxRL config, {ok[0]['steps_per_seed']:,} steps/seed" if ok else "PPO")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def parent_main(args):
+    import importlib.util
+
+    command = shlex.join(["python"] + sys.argv)
+    libraries = ["jaxrl"]
+    peer_note = None
+    if args.no_peers:
+        peer_note = "rejax: not run (--no-peers)"
+    elif importlib.util.find_spec("rejax") is None:
+        peer_note = "rejax: not installed (pip install rejax), peer comparison skipped"
+    else:
+        libraries.append("rejax")
+
+    results = []
+    plan = [(library, seeds) for seeds in args.seeds for library in libraries]
+    for n, (library, seeds) in enumerate(plan, 1):
+        print(f"[{n}/{len(plan)}] {library} x{seeds} seeds ...", file=sys.stderr, flush=True)
+        start = time.perf_counter()
+        result = _measure(args, library, seeds)
+        results.append(result)
+        status = result.get("error") or (
+            f"compile {result['lower_s'] + result['compile_s']:.1f}s, runs "
+            + ", ".join(f"{t:.2f}s" for t in result["run_times"]))
+        print(f"    {status} (wall {time.perf_counter() - start:.0f}s)", file=sys.stderr, flush=True)
+    _derive(results)
+    rows = _rows(results)
+
+    title = (f"PPO on {ENV_ID} at PureJaxRL's configuration, {args.total_timesteps:,} total timesteps, "
+             f"seeds vmapped: {', '.join(map(str, args.seeds))}")
+    machine = _machine_lines(results, command)
+    errors = _errors(results)
+    extra = ([peer_note] if peer_note else []) + (
+        [] if args.rejax_stock_optimizer or "rejax" not in libraries else
+        ["rejax optimiser patched to PureJaxRL's (global-norm clip .5, Adam eps 1e-5, linear LR "
+         "annealing); --rejax-stock-optimizer for rejax's own (element-wise clip, constant LR)"])
+
+    print()
+    print(title)
+    print()
+    print(_text_table(rows))
+    print()
+    for line in errors:
+        print("error: " + line)
+    for line in machine + extra:
+        print(line)
+    print()
+    print("notes:")
+    for note in NOTES:
+        print(" - " + note)
+    for line in _settings_lines(results):
+        print(" - " + line)
+
+    if args.markdown:
+        md = [f"## {title}", "", _markdown_table(rows), ""]
+        md += [f"- error: {line}" for line in errors]
+        md += [f"- {line}" for line in machine + extra]
+        md += [f"- {note}" for note in NOTES]
+        md += [f"- {line}" for line in _settings_lines(results)]
+        md += ["", "Raw results:", "", "```json", json.dumps(results, indent=1, default=str), "```", ""]
+        with open(args.markdown, "w") as f:
+            f.write("\n".join(md))
+        print(f"\nwrote {args.markdown}")
+    if args.plot:
+        if any("error" not in r for r in results):
+            _plot(results, args.plot)
+            print(f"wrote {args.plot}")
+        else:
+            print("no successful measurement: plot not written")
+    return 0 if any(r["library"] == "jaxrl" and "error" not in r for r in results) else 1
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--total-timesteps", type=int, default=PUREJAXRL["total_timesteps"],
+                        help="env steps per seed (default: %(default)s, PureJaxRL's)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 8],
+                        help="numbers of vmapped seeds to measure (default: 1 8)")
+    parser.add_argument("--no-peers", action="store_true", help="measure jaxrl only, even if rejax is installed")
+    parser.add_argument("--evals", type=int, default=10,
+                        help="periodic evaluations per run on both sides, 0 = off (default: %(default)s, "
+                             "jaxrl's ppo.Config default)")
+    parser.add_argument("--eval-episodes", type=int, default=10,
+                        help="episodes per evaluation on both sides (default: %(default)s)")
+    parser.add_argument("--rejax-stock-optimizer", action="store_true",
+                        help="keep rejax's own optimiser (constant LR, element-wise clip) instead of PureJaxRL's")
+    parser.add_argument("--peer-with-jaxrl-settings", action="store_true",
+                        help="run rejax under the XLA settings jaxrl applies on import (jaxrl/_xla.py) "
+                             "instead of JAX's defaults")
+    parser.add_argument("--runs", type=int, default=2,
+                        help="timed runs of the compiled function per measurement; the fastest is "
+                             "reported (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="base PRNG seed (default: %(default)s)")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds per measurement (default: %(default)s)")
+    parser.add_argument("--stall-timeout", type=float, default=180,
+                        help="kill a measurement whose process uses no CPU for this many seconds, "
+                             "i.e. is hung (Linux only; default: %(default)s)")
+    parser.add_argument("--plot", metavar="PNG", help="write a bar chart of steps/s and compile time")
+    parser.add_argument("--markdown", metavar="MD", help="write the table (and raw results) as Markdown")
+    parser.add_argument("--verbose", action="store_true", help="show a failed measurement's traceback")
+    parser.add_argument("--one", nargs=2, metavar=("LIBRARY", "SEEDS"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.total_timesteps < PUREJAXRL["num_envs"] * PUREJAXRL["num_steps"]:
+        parser.error("--total-timesteps must be at least num_envs * num_steps = 512")
+    if any(s < 1 for s in args.seeds) or args.evals < 0 or args.eval_episodes < 1 or args.runs < 1:
+        parser.error("--seeds must be >= 1, --evals >= 0, --eval-episodes >= 1, --runs >= 1")
+    if args.one:
+        child_main(args)
+        return 0
+    return parent_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
