@@ -43,9 +43,12 @@ def _fields(config_cls):
 
 
 def _describe_fields(config_cls) -> str:
+    from jaxrl.config import static_fields
+
+    static = set(static_fields(config_cls))
     lines = ["config fields (set with --set field=value; [static] fields change the compiled program):"]
     for f in _fields(config_cls):
-        kind = "static" if not f.metadata.get("pytree_node", True) else "traced"
+        kind = "static" if f.name in static else "traced"
         default = f.default
         shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
         lines.append(f"  {f.name:<24} {str(shown):<12} [{kind}]")

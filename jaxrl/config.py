@@ -23,11 +23,8 @@ def static(default: Any, **kwargs) -> Any:
 
 
 def static_fields(config) -> list[str]:
+    """Names of the static fields of a Config class or instance."""
     return [f.name for f in dataclasses.fields(config) if not f.metadata.get("pytree_node", True)]
-
-
-def traced_fields(config) -> list[str]:
-    return [f.name for f in dataclasses.fields(config) if f.metadata.get("pytree_node", True)]
 
 
 def freeze_mapping(value: Any, field: str) -> tuple:
