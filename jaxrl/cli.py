@@ -76,8 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
             name, help=(module.__doc__ or "").strip().splitlines()[0],
             epilog=_describe_fields(module.Config), formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        sub.add_argument("--env", default=module.Config.env_id if hasattr(module.Config, "env_id") else None,
-                         help="env id, e.g. CartPole-v1 (default: %(default)s)")
+        sub.add_argument("--env", default=module.Config.env_id, help="env id, e.g. CartPole-v1 (default: %(default)s)")
         sub.add_argument("--seeds", type=int, default=1, help="seeds trained together with vmap (default: 1)")
         sub.add_argument("--seed", type=int, default=0, help="base random seed (default: 0)")
         sub.add_argument("--total-timesteps", type=int, default=None, help="env steps per seed")

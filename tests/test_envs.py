@@ -28,6 +28,7 @@ from gymnax.environments import environment, spaces
 
 from jaxrl import envs
 from jaxrl.envs import wrappers
+from reference import episode_stats
 
 PRIOR_COUNT = 1e-4  # running_stats_init's documented initial count
 
@@ -324,22 +325,6 @@ def test_wrapper_can_be_copied_and_pickled():
 # EpisodeStatistics
 
 
-def _np_episode_stats(rewards, dones):
-    """Per lane: totals of each episode at the step it ends, 0 elsewhere."""
-    T, N = rewards.shape
-    ret = np.zeros((T, N), np.float64)
-    length = np.zeros((T, N), np.int64)
-    for n in range(N):
-        acc, k = 0.0, 0
-        for t in range(T):
-            acc += float(rewards[t, n])
-            k += 1
-            if dones[t, n]:
-                ret[t, n], length[t, n] = acc, k
-                acc, k = 0.0, 0
-    return ret, length
-
-
 def _scan_random(env, raw_env, params, num_envs, num_steps, key, action_fn):
     """Step ``env`` and ``raw_env`` in lockstep with identical keys and actions."""
     reset_keys = jax.random.split(jax.random.fold_in(key, 0), num_envs)
@@ -384,7 +369,7 @@ def test_episode_statistics_matches_numpy_reference():
     rewards = out["raw_reward"]
     dones = out["raw_terminated"] | out["raw_truncated"]
     assert out["raw_terminated"].any() and out["raw_truncated"].any()
-    ret, length = _np_episode_stats(rewards, dones)
+    ret, length, _ = episode_stats(rewards, dones)
     info = out["info"]
     np.testing.assert_array_equal(info["episode_done"], dones)
     np.testing.assert_allclose(info["episode_return"], ret, rtol=1e-6)
@@ -557,7 +542,7 @@ def test_scale_reward_matches_numpy(gamma):
     assert np.all(np.abs(out["reward"]) <= 10.0)
     assert not np.allclose(out["reward"], raw_r)
     # Episode statistics inside the scaling report raw returns.
-    ret, length = _np_episode_stats(raw_r, dones)
+    ret, length, _ = episode_stats(raw_r, dones)
     np.testing.assert_allclose(out["info"]["episode_return"], ret, rtol=1e-5)
     np.testing.assert_array_equal(out["info"]["episode_length"], length)
     # The discounted return in the state was reset where the episode ended.

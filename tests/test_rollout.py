@@ -25,6 +25,7 @@ from gymnax.environments import environment, spaces
 
 from jaxrl import envs, evaluation, rollout
 from jaxrl.types import Trajectory
+from reference import episode_stats
 
 T = 64
 N = 4
@@ -51,24 +52,6 @@ def np_cartpole_step(state, action):
     new = np.array([x + TAU * x_dot, x_dot + TAU * xacc, theta + TAU * theta_dot, theta_dot + TAU * thetaacc])
     terminated = bool(abs(new[0]) > X_LIMIT or abs(new[2]) > THETA_LIMIT)
     return new, terminated
-
-
-def np_episode_stats(rewards, dones):
-    """Per lane: return/length of each episode at the step it ends, 0 elsewhere."""
-    Tn, Nn = rewards.shape
-    ret = np.zeros((Tn, Nn))
-    length = np.zeros((Tn, Nn), np.int64)
-    steps_in_episode = np.zeros((Tn, Nn), np.int64)
-    for n in range(Nn):
-        acc, k = 0.0, 0
-        for t in range(Tn):
-            acc += float(rewards[t, n])
-            k += 1
-            steps_in_episode[t, n] = k
-            if dones[t, n]:
-                ret[t, n], length[t, n] = acc, k
-                acc, k = 0.0, 0
-    return ret, length, steps_in_episode
 
 
 # --------------------------------------------------------------------------------------
@@ -182,7 +165,7 @@ def test_collect_autoreset_next_obs(cartpole):
 
 def test_collect_transitions_match_numpy_cartpole(cartpole):
     traj = cartpole["traj"]
-    _, _, steps = np_episode_stats(traj.reward, traj.done)
+    _, _, steps = episode_stats(traj.reward, traj.done)
     for t in range(T):
         for n in range(N):
             expected, term = np_cartpole_step(traj.obs[t, n], int(traj.action[t, n]))
@@ -194,7 +177,7 @@ def test_collect_transitions_match_numpy_cartpole(cartpole):
 
 def test_collect_episode_statistics(cartpole):
     traj = cartpole["traj"]
-    ret, length, _ = np_episode_stats(traj.reward, traj.done)
+    ret, length, _ = episode_stats(traj.reward, traj.done)
     np.testing.assert_allclose(traj.episode_return, ret, rtol=1e-6)
     np.testing.assert_array_equal(traj.episode_length, length)
     assert np.all(traj.episode_return[~traj.done] == 0)
@@ -209,7 +192,7 @@ def test_collect_continues_from_returned_state(cartpole):
     np.testing.assert_array_equal(t2.obs[0], cartpole["last_obs"])
     rewards = np.concatenate([t1.reward, t2.reward])
     dones = np.concatenate([t1.done, t2.done])
-    ret, length, _ = np_episode_stats(rewards, dones)  # episodes span the two calls
+    ret, length, _ = episode_stats(rewards, dones)  # episodes span the two calls
     np.testing.assert_allclose(np.concatenate([t1.episode_return, t2.episode_return]), ret, rtol=1e-6)
     np.testing.assert_array_equal(np.concatenate([t1.episode_length, t2.episode_length]), length)
     for t in range(T):
@@ -240,7 +223,7 @@ def test_collect_vmap_over_keys_shapes(cartpole):
     assert traj.extras["pair"].shape == (K, T, N, 2)
     # Every lane obeys the episode bookkeeping, not just lane 0.
     for k in range(K):
-        ret, length, _ = np_episode_stats(traj.reward[k], traj.done[k])
+        ret, length, _ = episode_stats(traj.reward[k], traj.done[k])
         np.testing.assert_allclose(traj.episode_return[k], ret, rtol=1e-6)
         np.testing.assert_array_equal(traj.episode_length[k], length)
 
@@ -291,7 +274,7 @@ def test_episode_metrics_cartpole_vs_numpy(cartpole):
     traj = cartpole["traj"]
     m = rollout.episode_metrics(jax.tree.map(jnp.asarray, traj))
     done = traj.done
-    ret, length, _ = np_episode_stats(traj.reward, done)
+    ret, length, _ = episode_stats(traj.reward, done)
     assert int(m["episodes"]) == done.sum() > 0
     np.testing.assert_allclose(m["episode_return"], ret[done].mean(), rtol=1e-5)
     np.testing.assert_allclose(m["episode_length"], length[done].mean(), rtol=1e-5)
