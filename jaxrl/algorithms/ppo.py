@@ -21,8 +21,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import envs, evaluation, returns, rollout
-from jaxrl import logging as jaxrl_logging
+from jaxrl import envs, evaluation, loop, returns, rollout
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_range, static
 from jaxrl.distributions import Categorical, Normal
 from jaxrl.networks import ACTIVATIONS, ActorCritic
@@ -340,11 +339,6 @@ def evaluate(params: dict, key: jax.Array, config: Config) -> evaluation.EvalRes
     return evaluation.evaluate(act_fn, params, env, key, config.eval_episodes, env_params)
 
 
-def _is_checkpoint(iteration: jax.Array, num_iterations: int, count: int) -> jax.Array:
-    """True at ``count`` iterations spread evenly over the run, the last one included."""
-    return (iteration + 1) * count // num_iterations > iteration * count // num_iterations
-
-
 def train(key: jax.Array, config: Config) -> TrainOutput:
     """``init`` then ``num_iterations`` of :func:`step` in one ``lax.scan``.
 
@@ -352,30 +346,9 @@ def train(key: jax.Array, config: Config) -> TrainOutput:
     ``eval_return`` / ``eval_length`` (NaN except at the ``num_evals`` evaluation points).
     """
     init_key, run_key = jax.random.split(key)
-    state = init(init_key, config)
-    num_iterations = config.num_iterations
-
-    def iteration(state, index):
-        step_key, eval_key = jax.random.split(jax.random.fold_in(run_key, index))
-        state, metrics = step(state, step_key, config)
-
-        def run_eval():
-            result = evaluate(state.params, eval_key, config)
-            return jnp.mean(result.returns), jnp.mean(result.lengths.astype(jnp.float32))
-
-        # ``index`` comes from the scan, not from vmapped data, so this stays a real
-        # branch (evaluation is skipped, not masked) under vmap over seeds or configs.
-        nan = jnp.full((), jnp.nan, jnp.float32)
-        metrics["eval_return"], metrics["eval_length"] = jax.lax.cond(
-            _is_checkpoint(index, num_iterations, config.num_evals), run_eval, lambda: (nan, nan)
-        )
-        if config.num_reports:
-            jax.lax.cond(
-                _is_checkpoint(index, num_iterations, config.num_reports),
-                lambda: jaxrl_logging.report({k: metrics[k] for k in ("timesteps", "episode_return", "eval_return")}),
-                lambda: None,
-            )
-        return state, metrics
-
-    state, metrics = jax.lax.scan(iteration, state, jnp.arange(num_iterations))
+    state, metrics = loop.iterate(
+        functools.partial(step, config=config), functools.partial(evaluate, config=config),
+        init(init_key, config), run_key, 0, config.num_iterations,
+        config.num_iterations, config.num_evals, config.num_reports,
+    )
     return TrainOutput(state, metrics)

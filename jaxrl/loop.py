@@ -1,0 +1,58 @@
+"""The scan every algorithm's ``train`` runs: iterations of ``step`` with periodic
+deterministic evaluation and progress reports, all inside one compiled program."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl import logging as jaxrl_logging
+
+REPORTED = ("timesteps", "episode_return", "eval_return")
+
+
+def is_checkpoint(iteration: jax.Array, num_iterations: int, count: int) -> jax.Array:
+    """True at ``count`` iterations spread evenly over the run, the last one included."""
+    return (iteration + 1) * count // num_iterations > iteration * count // num_iterations
+
+
+def iterate(step: Callable, evaluate: Callable, state, run_key: jax.Array, start: int, stop: int,
+            num_iterations: int, num_evals: int, num_reports: int):
+    """Run iterations ``start .. stop - 1`` of a run of ``num_iterations``.
+
+    Args:
+      step: ``step(state, key) -> (state, metrics)``, one iteration.
+      evaluate: ``evaluate(params, key) -> EvalResult``, run at ``num_evals`` evenly
+        spread iterations of the whole run; elsewhere ``eval_return`` / ``eval_length``
+        are NaN.
+      run_key: iteration ``i`` uses keys derived from ``fold_in(run_key, i)``, so a run
+        split into several calls draws the same keys as one call.
+      num_reports: progress reports (:func:`jaxrl.logging.report`) over the whole run.
+    Returns ``(state, metrics)`` with metric leaves ``[stop - start]``.
+    """
+
+    def iteration(state, index):
+        step_key, eval_key = jax.random.split(jax.random.fold_in(run_key, index))
+        state, metrics = step(state, step_key)
+
+        def run_eval():
+            result = evaluate(state.params, eval_key)
+            return jnp.mean(result.returns), jnp.mean(result.lengths.astype(jnp.float32))
+
+        # ``index`` comes from the scan, not from vmapped data, so this stays a real
+        # branch (evaluation is skipped, not masked) under vmap over seeds or configs.
+        nan = jnp.full((), jnp.nan, jnp.float32)
+        metrics["eval_return"], metrics["eval_length"] = jax.lax.cond(
+            is_checkpoint(index, num_iterations, num_evals), run_eval, lambda: (nan, nan)
+        )
+        if num_reports:
+            jax.lax.cond(
+                is_checkpoint(index, num_iterations, num_reports),
+                lambda: jaxrl_logging.report({k: metrics[k] for k in REPORTED}),
+                lambda: None,
+            )
+        return state, metrics
+
+    return jax.lax.scan(iteration, state, jnp.arange(start, stop))
