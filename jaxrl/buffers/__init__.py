@@ -1,0 +1,12 @@
+"""Replay buffers held in device arrays: pure ``init / add / sample`` functions.
+
+* :mod:`jaxrl.buffers.replay`: uniform ring buffer, rows of ``N`` env transitions,
+  n-step windows that follow one env's stream.
+* :mod:`jaxrl.buffers.prioritized`: proportional prioritized replay over a sum-tree.
+* :mod:`jaxrl.buffers.sumtree`: the sum-tree itself.
+"""
+
+from jaxrl.buffers import prioritized, replay, sumtree
+from jaxrl.buffers.replay import Index, ReplayState, memory_limit, nbytes
+
+__all__ = ["prioritized", "replay", "sumtree", "Index", "ReplayState", "memory_limit", "nbytes"]
