@@ -85,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--env-param", type=_key_value, action="append", default=[], metavar="NAME=VALUE",
                          help="override an env parameter, e.g. max_steps_in_episode=200 (repeatable)")
         sub.add_argument("--no-preset", action="store_true", help="ignore the tuned settings for this env")
+        variants = getattr(module, "VARIANTS", {})
+        if variants:
+            sub.add_argument("--variant", choices=sorted(variants), default=None,
+                             help="start from a named variant's settings (e.g. rainbow)")
         sub.add_argument("--no-cache", action="store_true", help="disable the persistent compilation cache")
         sub.add_argument("--no-progress", action="store_true", help="hide the progress bar")
         sub.add_argument("--json", metavar="PATH", help="also write the summary as JSON")
@@ -113,6 +117,8 @@ def make_config(module, args):
     if args.seeds < 1:
         raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
     try:
+        if getattr(args, "variant", None):
+            overrides = {**getattr(module, "VARIANTS")[args.variant], **overrides}
         if hasattr(module, "preset") and not args.no_preset:
             return module.preset(args.env, **overrides)
         return module.Config(env_id=args.env, **overrides)

@@ -23,7 +23,9 @@ def iterate(step: Callable, evaluate: Callable, state, run_key: jax.Array, start
     """Run iterations ``start .. stop - 1`` of a run of ``num_iterations``.
 
     Args:
-      step: ``step(state, key) -> (state, metrics)``, one iteration.
+      step: ``step(state, key, index) -> (state, metrics)``, iteration ``index`` (an
+        int32 scalar from the scan: unbatched under ``vmap``, so branching on it
+        with ``lax.cond`` skips work rather than masking it).
       evaluate: ``evaluate(params, key) -> EvalResult``, run at ``num_evals`` evenly
         spread iterations of the whole run; elsewhere ``eval_return`` / ``eval_length``
         are NaN.
@@ -35,7 +37,7 @@ def iterate(step: Callable, evaluate: Callable, state, run_key: jax.Array, start
 
     def iteration(state, index):
         step_key, eval_key = jax.random.split(jax.random.fold_in(run_key, index))
-        state, metrics = step(state, step_key)
+        state, metrics = step(state, step_key, index)
 
         def run_eval():
             result = evaluate(state.params, eval_key)

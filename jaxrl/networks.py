@@ -1,4 +1,4 @@
-"""Flax linen networks: MLP and MinAtar CNN torsos, actor-critic heads."""
+"""Flax linen networks: MLP and MinAtar CNN torsos, actor-critic and Q heads, noisy layers."""
 
 from __future__ import annotations
 
@@ -100,3 +100,70 @@ class ActorCritic(nn.Module):
 
     def value(self, obs):
         return self.value_head(self.critic_torso(obs))[..., 0]
+
+
+class NoisyDense(nn.Module):
+    """Dense layer with factorised Gaussian parameter noise (Fortunato et al., 2018,
+    arXiv:1706.10295): ``y = x (mu_W + sigma_W * eps_W) + mu_b + sigma_b * eps_b`` with
+    ``eps_W = f(eps_in) f(eps_out)^T``, ``f(e) = sign(e) sqrt|e|``. One noise sample per
+    call, from the ``"noise"`` rng stream; ``deterministic=True`` uses the means."""
+
+    features: int
+    sigma_init: float = 0.5
+
+    @nn.compact
+    def __call__(self, x, deterministic: bool = False):
+        fan_in = x.shape[-1]
+        bound = 1.0 / np.sqrt(fan_in)
+        uniform = lambda key, shape: jax.random.uniform(key, shape, jnp.float32, -bound, bound)  # noqa: E731
+        sigma = nn.initializers.constant(self.sigma_init / np.sqrt(fan_in))
+        w_mu = self.param("w_mu", uniform, (fan_in, self.features))
+        b_mu = self.param("b_mu", uniform, (self.features,))
+        w_sigma = self.param("w_sigma", sigma, (fan_in, self.features))
+        b_sigma = self.param("b_sigma", sigma, (self.features,))
+        y = x @ w_mu + b_mu
+        if deterministic:
+            return y
+        in_key, out_key = jax.random.split(self.make_rng("noise"))
+        scale = lambda e: jnp.sign(e) * jnp.sqrt(jnp.abs(e))  # noqa: E731
+        eps_in = scale(jax.random.normal(in_key, (fan_in,)))
+        eps_out = scale(jax.random.normal(out_key, (self.features,)))
+        # (x * eps_in) @ w_sigma * eps_out == x @ (w_sigma * outer(eps_in, eps_out)), cheaper.
+        return y + ((x * eps_in) @ w_sigma) * eps_out + b_sigma * eps_out
+
+
+class QNetwork(nn.Module):
+    """Action values for discrete actions, with the DQN-family variants as fields.
+
+    Returns ``[..., num_actions]`` Q-values, or with ``num_atoms > 1`` (C51) the logits
+    ``[..., num_actions, num_atoms]`` of each action's return distribution.
+    ``dueling`` splits the head into a state value and mean-centred advantages
+    (Wang et al., 2016), combined per atom; ``noisy`` makes the head layers
+    :class:`NoisyDense` (the torso stays deterministic).
+    """
+
+    num_actions: int
+    network: str = "mlp"
+    hidden_sizes: Sequence[int] = (128, 128)
+    activation: str = "relu"
+    obs_ndim: int = 1
+    dueling: bool = False
+    noisy: bool = False
+    num_atoms: int = 1
+    noisy_sigma: float = 0.5
+
+    @nn.compact
+    def __call__(self, obs, deterministic: bool = False):
+        x = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)(obs)
+
+        def head(features, name):
+            if self.noisy:
+                return NoisyDense(features, self.noisy_sigma, name=name)(x, deterministic)
+            return nn.Dense(features, kernel_init=orthogonal(1.0), name=name)(x)
+
+        shape = x.shape[:-1] + (self.num_actions, self.num_atoms)
+        out = head(self.num_actions * self.num_atoms, "advantage" if self.dueling else "q").reshape(shape)
+        if self.dueling:
+            value = head(self.num_atoms, "value").reshape(x.shape[:-1] + (1, self.num_atoms))
+            out = value + out - out.mean(axis=-2, keepdims=True)
+        return out if self.num_atoms > 1 else out[..., 0]

@@ -174,3 +174,24 @@ def vtrace(v_t: Array, v_next_t: Array, r_t: Array, terminated_t: Array, truncat
     vs_next = continues * vs_tp1 + (1.0 - continues) * v_next_t
     pg_advantages = jnp.minimum(pg_rho_bar, rho_t) * (r_t + gamma * not_terminated * vs_next - v_t)
     return VTraceOutput(jax.lax.stop_gradient(vs), jax.lax.stop_gradient(pg_advantages))
+
+
+def categorical_projection(probs: Array, reward: Array, discount: Array, support: Array) -> Array:
+    """Project the distribution of ``reward + discount * Z`` onto ``support`` (C51,
+    Bellemare et al., 2017, arXiv:1707.06887).
+
+    Each atom ``z_j`` of ``probs`` moves to ``clip(r + d z_j, z_0, z_{K-1})`` and its mass
+    is split between the two nearest atoms of the support, in proportion to closeness.
+
+    Args:
+      probs: ``[B, K]`` next-state distribution over ``support``.
+      reward, discount: ``[B]``; ``discount`` already includes ``1 - terminated``.
+      support: ``[K]`` evenly spaced atoms.
+    Returns ``[B, K]`` target probabilities (each row sums to the row sum of ``probs``).
+    """
+    chex.assert_rank([probs, reward, discount, support], [2, 1, 1, 1])
+    delta = support[1] - support[0]
+    moved = jnp.clip(reward[:, None] + discount[:, None] * support[None, :], support[0], support[-1])  # [B, K]
+    # weight[b, i, j]: share of source atom j landing on target atom i.
+    weight = jnp.clip(1.0 - jnp.abs(moved[:, None, :] - support[None, :, None]) / delta, 0.0, 1.0)
+    return jnp.einsum("bij,bj->bi", weight, probs)

@@ -35,6 +35,8 @@ def test_help_lists_every_config_field_with_its_default():
     (("train", "ppo", "--set", "num_minibatches=3"), "num_minibatches (3) must divide"),
     (("train", "ppo", "--env-param", "max_steps=5"), "unknown env parameter(s) ['max_steps']"),
     (("train", "ppo", "--seeds", "0"), "--seeds must be >= 1"),
+    (("train", "dqn", "--env", "Pendulum-v1"), "DQN needs a discrete action space"),
+    (("train", "dqn", "--set", "buffer_size=10"), "buffer_size (10) must be at least batch_size"),
 ])
 def test_bad_input_is_one_line_and_exit_status_2(args, message):
     result = run(*args)
@@ -55,6 +57,16 @@ def test_tiny_training_run_prints_a_table(tmp_path):
     data = json.loads(summary.read_text())
     assert data["seeds"] == 2 and len(data["eval_return"]) == 2
     assert all(1 <= r <= 200 for r in data["eval_return"])  # the 200-step override reached the env
+
+
+def test_variant_flag_starts_from_the_named_settings():
+    from jaxrl.algorithms import dqn
+    from jaxrl.cli import build_parser, make_config
+
+    args = build_parser().parse_args(["train", "dqn", "--variant", "rainbow", "--set", "n_step=5"])
+    config = make_config(dqn, args)
+    assert config.distributional and config.noisy and config.prioritized and config.double
+    assert config.n_step == 5  # explicit --set wins over the variant
 
 
 def test_importing_jaxrl_sets_the_safe_xla_flags():

@@ -7,7 +7,7 @@ import difflib
 import importlib
 from types import ModuleType
 
-ALGORITHMS = ("ppo",)
+ALGORITHMS = ("ppo", "dqn")
 
 
 def get(name: str) -> ModuleType:

@@ -347,7 +347,7 @@ def train(key: jax.Array, config: Config) -> TrainOutput:
     """
     init_key, run_key = jax.random.split(key)
     state, metrics = loop.iterate(
-        functools.partial(step, config=config), functools.partial(evaluate, config=config),
+        lambda state, key, index: step(state, key, config), functools.partial(evaluate, config=config),
         init(init_key, config), run_key, 0, config.num_iterations,
         config.num_iterations, config.num_evals, config.num_reports,
     )
