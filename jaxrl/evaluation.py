@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, NamedTuple
 
 import jax
@@ -63,3 +64,12 @@ def evaluate(act_fn: Callable, params, env, key: jax.Array, num_episodes: int,
             jnp.zeros(num_episodes, jnp.int32), jnp.ones(num_episodes, bool))
     _, _, _, total, length, _ = jax.lax.while_loop(cond, body, init)
     return EvalResult(total, length)
+
+
+def evaluate_config(act: Callable, params, key: jax.Array, config) -> EvalResult:
+    """An algorithm's deterministic evaluation: ``config.eval_episodes`` episodes of
+    ``act(params, obs, key, config, deterministic=True)`` on the config's env (without
+    training-time wrappers such as reward scaling)."""
+    env, env_params = envs.make(config.env_id, **dict(config.env_kwargs))
+    act_fn = functools.partial(act, config=config, deterministic=True)
+    return evaluate(act_fn, params, env, key, config.eval_episodes, env_params)

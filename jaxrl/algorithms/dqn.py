@@ -180,13 +180,8 @@ class State:
 # ----------------------------------------------------------------------------- set-up
 
 
-@functools.lru_cache(maxsize=None)
-def _spec(env_id: str, env_kwargs: tuple) -> envs.EnvSpec:
-    return envs.spec(*envs.make(env_id, **dict(env_kwargs)))
-
-
 def env_spec(config: Config) -> envs.EnvSpec:
-    return _spec(config.env_id, config.env_kwargs)
+    return envs.config_spec(config)
 
 
 def make_env(config: Config):
@@ -455,9 +450,7 @@ def warmup_step(state: State, key: jax.Array, config: Config):
 
 def evaluate(params: dict, key: jax.Array, config: Config) -> evaluation.EvalResult:
     """Greedy (noise-free) returns of ``eval_episodes`` episodes."""
-    env, env_params = envs.make(config.env_id, **dict(config.env_kwargs))
-    act_fn = functools.partial(act, config=config, deterministic=True)
-    return evaluation.evaluate(act_fn, params, env, key, config.eval_episodes, env_params)
+    return evaluation.evaluate_config(act, params, key, config)
 
 
 def train(key: jax.Array, config: Config) -> TrainOutput:

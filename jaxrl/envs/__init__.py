@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 
 import gymnax
 import numpy as np
@@ -27,7 +28,7 @@ from jaxrl.envs.wrappers import (
 )
 
 __all__ = [
-    "make", "EnvSpec", "spec", "registered_ids", "check_env_id",
+    "make", "EnvSpec", "spec", "config_spec", "registered_ids", "check_env_id",
     "ClipAction", "EpisodeStatistics", "NormalizeObservation", "ScaleReward", "Wrapper",
     "RunningStats", "running_stats_init", "running_stats_update", "normalize",
 ]
@@ -109,3 +110,13 @@ def spec(env, env_params) -> EnvSpec:
         high = np.broadcast_to(np.asarray(action_space.high, np.float32), shape)
         return EnvSpec(action_kind="continuous", action_shape=shape, action_low=low, action_high=high, **common)
     raise ValueError(f"unsupported action space {type(action_space).__name__} for {env.name}")
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_spec(env_id: str, env_kwargs: tuple) -> EnvSpec:
+    return spec(*make(env_id, **dict(env_kwargs)))
+
+
+def config_spec(config) -> EnvSpec:
+    """The :class:`EnvSpec` of an algorithm config's ``env_id`` / ``env_kwargs`` (cached)."""
+    return _cached_spec(config.env_id, config.env_kwargs)
