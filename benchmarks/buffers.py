@@ -60,13 +60,12 @@ import math
 import os
 import platform
 import shlex
-import subprocess
 import sys
 import time
 import traceback
 
-RESULT_TAG = "@@BUFFER_BENCH_RESULT@@"
-PHASE_TAG = "@@BUFFER_BENCH_PHASE@@ "
+from _harness import emit, phase, run_child
+
 
 NUM_ENVS = 8
 SAMPLE_BATCH = 256
@@ -83,9 +82,6 @@ OBS_KINDS = ("image", "vector")
 
 # ============================================================================ child
 
-
-def _phase(text):
-    print(PHASE_TAG + text, file=sys.stderr, flush=True)
 
 
 def _setup_jax(impl):
@@ -232,7 +228,7 @@ def _fbx_ops(jax, impl, example, capacity):
 
 def _timed_loop(jax, name, fn, args, donate, iterations, args_):
     """Compile ``fn`` (a scan of ``iterations`` steps) and time it; returns a dict."""
-    _phase(f"{name}: lowering + compiling")
+    phase(f"{name}: lowering + compiling")
     t0 = time.perf_counter()
     lowered = jax.jit(fn, donate_argnums=(0,) if donate else ()).lower(*args)
     compiled = lowered.compile()
@@ -244,11 +240,11 @@ def _timed_loop(jax, name, fn, args, donate, iterations, args_):
             args = (out[0],) + tuple(args[1:])
         return out, args
 
-    _phase(f"{name}: warm-up (compiled in {compile_s:.1f} s)")
+    phase(f"{name}: warm-up (compiled in {compile_s:.1f} s)")
     out, args = call(args)
     run_times, run_calls = [], []
     for run in range(args_.runs):
-        _phase(f"{name}: run {run + 1} of {args_.runs}")
+        phase(f"{name}: run {run + 1} of {args_.runs}")
         calls, start = 0, time.perf_counter()
         while True:
             out, args = call(args)
@@ -270,11 +266,11 @@ def measure(jax, impl, obs_kind, capacity, args_):
     result = dict(num_slots=ops.num_slots)
     iterations = args_.iterations
 
-    _phase("init")
+    phase("init")
     start = time.perf_counter()
     state = jax.block_until_ready(ops.init())
     result["init_s"] = time.perf_counter() - start
-    _phase("marking the buffer full")
+    phase("marking the buffer full")
     state = jax.block_until_ready(ops.fill(state))
     result["state_bytes"] = sum(x.nbytes for x in jax.tree.leaves(state))
 
@@ -336,58 +332,18 @@ def child_main(args):
     except Exception as error:  # reported in the table, not raised
         traceback.print_exc()
         result["error"] = f"{type(error).__name__}: {error}".strip()[:500]
-    print(RESULT_TAG + json.dumps(result, default=str), flush=True)
+    emit(result)
 
 
 # ============================================================================ parent
 
 
-def _cpu_seconds(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
-
 
 def _measure(args, impl, obs_kind, capacity):
     cmd = [sys.executable, os.path.abspath(__file__), "--one", impl, obs_kind, str(capacity),
            "--iterations", str(args.iterations), "--runs", str(args.runs), "--min-time", str(args.min_time)]
-    env = dict(os.environ, JAX_ENABLE_COMPILATION_CACHE="false")
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    start = last_progress = time.monotonic()
-    last_cpu, killed = -1.0, None
-    while True:
-        try:
-            stdout, stderr = proc.communicate(timeout=2)
-            break
-        except subprocess.TimeoutExpired:
-            now, cpu = time.monotonic(), _cpu_seconds(proc.pid)
-            if cpu is not None and cpu > last_cpu + 1.0:
-                last_cpu, last_progress = cpu, now
-            if now - start > args.timeout:
-                killed = f"timed out after {args.timeout:.0f} s"
-            elif cpu is not None and now - last_progress > args.stall_timeout:
-                killed = f"hung: no CPU use for {now - last_progress:.0f} s"
-            if killed:
-                proc.kill()
-                stdout, stderr = proc.communicate()
-                break
-    phases = [line[len(PHASE_TAG):] for line in stderr.splitlines() if line.startswith(PHASE_TAG)]
-    stderr = "\n".join(line for line in stderr.splitlines() if not line.startswith(PHASE_TAG))
-    base = {"impl": impl, "obs": obs_kind, "capacity": capacity}
-    if args.verbose and (killed or proc.returncode):
-        sys.stderr.write(stderr + "\n")
-    if killed:
-        return dict(base, error=f"{killed}; killed during: {phases[-1] if phases else 'start-up'}")
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(RESULT_TAG):
-            return json.loads(line[len(RESULT_TAG):])
-    tail = " | ".join(stderr.strip().splitlines()[-3:])
-    return dict(base, error=(f"exited {proc.returncode} without a result during "
-                             f"{phases[-1] if phases else 'start-up'}: {tail}")[:500])
+    result = run_child(cmd, args.timeout, args.stall_timeout, args.verbose)
+    return {"impl": impl, "obs": obs_kind, "capacity": capacity, **result} if "error" in result else result
 
 
 def _derive(results):

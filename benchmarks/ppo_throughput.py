@@ -39,14 +39,13 @@ import math
 import os
 import platform
 import shlex
-import subprocess
 import sys
 import time
 import traceback
 
+from _harness import emit, phase, run_child
+
 ENV_ID = "CartPole-v1"
-RESULT_TAG = "@@PPO_THROUGHPUT_RESULT@@"
-PHASE_TAG = "@@PPO_THROUGHPUT_PHASE@@ "
 
 # PureJaxRL's CartPole PPO (purejaxrl/ppo.py), in jaxrl's field names.
 PUREJAXRL = dict(
@@ -89,29 +88,25 @@ def _setup_jax():
     return jax
 
 
-def _phase(text):
-    """Tell the parent what the child is doing (named in the error if it hangs)."""
-    print(PHASE_TAG + text, file=sys.stderr, flush=True)
-
 
 def _time_compiled(jax, fn, args, runs):
     """(lower_s, compile_s, [run_s...], output of the last run)."""
-    _phase("lowering")
+    phase("lowering")
     t0 = time.perf_counter()
     lowered = jax.jit(fn).lower(*args)
     t1 = time.perf_counter()
-    _phase("compiling")
+    phase("compiling")
     compiled = lowered.compile()
     t2 = time.perf_counter()
     run_times, out = [], None
     for run in range(runs):
         del out  # free the previous run's output before the next
-        _phase(f"run {run + 1} of {runs} (compiled in {t2 - t0:.1f} s; runs so far: "
+        phase(f"run {run + 1} of {runs} (compiled in {t2 - t0:.1f} s; runs so far: "
                f"{', '.join(f'{t:.2f}' for t in run_times) or 'none'})")
         start = time.perf_counter()
         out = jax.block_until_ready(compiled(*args))
         run_times.append(time.perf_counter() - start)
-    _phase("collecting results")
+    phase("collecting results")
     return t1 - t0, t2 - t1, run_times, out
 
 
@@ -323,7 +318,7 @@ def child_main(args):
     except Exception as error:  # reported in the table, not raised
         traceback.print_exc()
         result["error"] = f"{type(error).__name__}: {error}".strip()[:500]
-    print(RESULT_TAG + json.dumps(result, default=str), flush=True)
+    emit(result)
 
 
 # ============================================================================ parent
@@ -337,52 +332,8 @@ def _measure(args, library, seeds):
         cmd.append("--rejax-stock-optimizer")
     if args.peer_with_jaxrl_settings:
         cmd.append("--peer-with-jaxrl-settings")
-    env = dict(os.environ, JAX_ENABLE_COMPILATION_CACHE="false")
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    start = last_progress = time.monotonic()
-    last_cpu, killed = -1.0, None
-    while True:
-        try:
-            stdout, stderr = proc.communicate(timeout=5)
-            break
-        except subprocess.TimeoutExpired:
-            now, cpu = time.monotonic(), _cpu_seconds(proc.pid)
-            if cpu is not None and cpu > last_cpu + 1.0:
-                last_cpu, last_progress = cpu, now
-            if now - start > args.timeout:
-                killed = f"timed out after {args.timeout:.0f} s"
-            elif cpu is not None and now - last_progress > args.stall_timeout:
-                killed = (f"hung: no CPU use for {now - last_progress:.0f} s (--stall-timeout), "
-                          f"{cpu:.0f} s CPU in {now - start:.0f} s")
-            if killed:
-                proc.kill()
-                stdout, stderr = proc.communicate()
-                break
-    phases = [line[len(PHASE_TAG):] for line in stderr.splitlines() if line.startswith(PHASE_TAG)]
-    stderr = "\n".join(line for line in stderr.splitlines() if not line.startswith(PHASE_TAG))
-    if args.verbose and (killed or proc.returncode):
-        sys.stderr.write(stderr + "\n")
-    if killed:
-        return {"library": library, "seeds": seeds,
-                "error": f"{killed}; killed during: {phases[-1] if phases else 'start-up'}"}
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(RESULT_TAG):
-            return json.loads(line[len(RESULT_TAG):])
-    tail = " | ".join(stderr.strip().splitlines()[-3:])
-    return {"library": library, "seeds": seeds,
-            "error": (f"subprocess exited {proc.returncode} without a result during "
-                      f"{phases[-1] if phases else 'start-up'}: {tail}")[:500]}
-
-
-def _cpu_seconds(pid):
-    """User + system CPU seconds of a running process (Linux /proc), or None if unknown."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
+    result = run_child(cmd, args.timeout, args.stall_timeout, args.verbose)
+    return {"library": library, "seeds": seeds, **result} if "error" in result else result
 
 
 def _fmt(x, spec):

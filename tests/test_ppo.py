@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl import envs, sweep_axes
+from jaxrl import sweep_axes
 from jaxrl.algorithms import get, ppo
 
 SMALL = ppo.Config(

@@ -101,7 +101,6 @@ def columns(*arrays):
 def apply_oracle(oracle, *arrays, **kwargs):
     """Apply a 1-D oracle column by column; returns float64 with the input shape."""
     shape = arrays[0].shape
-    length = shape[0]
     outs = [oracle(*cols, **kwargs) for cols in columns(*arrays)]
     if isinstance(outs[0], tuple):
         return tuple(np.stack([o[i] for o in outs], axis=1).reshape(shape)
