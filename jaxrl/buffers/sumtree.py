@@ -14,7 +14,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-BRANCHING = 16
+BRANCHING = 8
 
 SumTree = tuple  # of float32 arrays, root level first
 
