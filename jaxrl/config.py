@@ -53,6 +53,20 @@ def require_choice(config, field: str, choices) -> None:
         raise ValueError(f"{field} must be one of {sorted(choices)}, got {value!r}")
 
 
+def require_network(config, obs_shape: tuple) -> None:
+    """Check the ``network`` / ``hidden_sizes`` / ``activation`` fields an algorithm's
+    networks are built from, against the env's observation shape."""
+    from jaxrl.networks import ACTIVATIONS
+
+    sizes = config.hidden_sizes
+    if not sizes or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in sizes):
+        raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {sizes!r}")
+    require_choice(config, "activation", ACTIVATIONS)
+    require_choice(config, "network", ("mlp", "cnn"))
+    if config.network == "cnn" and len(obs_shape) != 3:
+        raise ValueError(f"network='cnn' needs image observations, {config.env_id} has shape {obs_shape}")
+
+
 def require_range(config, field: str, low: float, high: float,
                   low_open: bool = False, high_open: bool = False) -> None:
     """Check a traced hyper-parameter when it is concrete (skipped while tracing).

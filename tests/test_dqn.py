@@ -266,6 +266,8 @@ def test_act_and_evaluate_from_params_alone(small_run):
     (dict(env_id="Pendulum-v1"), "env_id"),
     (dict(env_id="CartPoel-v1"), "CartPole-v1"),
     (dict(loss="l1"), "loss"),
+    (dict(hidden_sizes=()), "hidden_sizes"),
+    (dict(network="cnn"), "network='cnn' needs image observations"),
     (dict(total_timesteps=10), "total_timesteps"),
 ])
 def test_bad_static_config_is_a_clear_error(overrides, field):

@@ -29,8 +29,8 @@ from flax import struct
 
 from jaxrl import envs, evaluation, loop, returns, rollout
 from jaxrl.buffers import prioritized, replay
-from jaxrl.config import freeze_mapping, require_choice, require_int, require_range, static
-from jaxrl.networks import ACTIVATIONS, QNetwork
+from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
+from jaxrl.networks import QNetwork
 from jaxrl.types import TrainOutput
 
 LEARNER_METRICS = ("loss", "q_mean", "td_abs")
@@ -109,10 +109,6 @@ class Config:
                 f"buffer_size ({self.buffer_size}) must hold one iteration's "
                 f"num_envs * num_steps = {self.iteration_steps} transitions"
             )
-        if not self.hidden_sizes or not all(isinstance(h, int) and h > 0 for h in self.hidden_sizes):
-            raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {self.hidden_sizes!r}")
-        require_choice(self, "activation", ACTIVATIONS)
-        require_choice(self, "network", ("mlp", "cnn"))
         require_choice(self, "loss", ("huber", "mse"))
         spec = env_spec(self)
         if not spec.discrete:
@@ -120,8 +116,7 @@ class Config:
                 f"DQN needs a discrete action space; env_id {self.env_id!r} has a continuous (Box) "
                 f"action space of shape {spec.action_shape} (use SAC, TD3 or DDPG)"
             )
-        if self.network == "cnn" and len(spec.obs_shape) != 3:
-            raise ValueError(f"network='cnn' needs image observations, {self.env_id} has shape {spec.obs_shape}")
+        require_network(self, spec.obs_shape)
 
     @property
     def iteration_steps(self) -> int:

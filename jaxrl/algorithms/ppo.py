@@ -22,9 +22,9 @@ import optax
 from flax import struct
 
 from jaxrl import envs, evaluation, loop, returns, rollout
-from jaxrl.config import freeze_mapping, require_choice, require_int, require_range, static
+from jaxrl.config import freeze_mapping, require_int, require_network, require_range, static
 from jaxrl.distributions import Categorical, Normal
-from jaxrl.networks import ACTIVATIONS, ActorCritic
+from jaxrl.networks import ActorCritic
 from jaxrl.types import Trajectory, TrainOutput
 
 
@@ -78,13 +78,7 @@ class Config:
                 f"num_minibatches ({self.num_minibatches}) must divide the batch "
                 f"num_envs * num_steps = {self.num_envs * self.num_steps}"
             )
-        if not self.hidden_sizes or not all(isinstance(h, int) and h > 0 for h in self.hidden_sizes):
-            raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {self.hidden_sizes!r}")
-        require_choice(self, "activation", ACTIVATIONS)
-        require_choice(self, "network", ("mlp", "cnn"))
-        spec = env_spec(self)
-        if self.network == "cnn" and len(spec.obs_shape) != 3:
-            raise ValueError(f"network='cnn' needs image observations, {self.env_id} has shape {spec.obs_shape}")
+        require_network(self, env_spec(self).obs_shape)
 
     @property
     def num_iterations(self) -> int:
