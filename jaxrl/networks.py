@@ -167,3 +167,58 @@ class QNetwork(nn.Module):
             value = head(self.num_atoms, "value").reshape(x.shape[:-1] + (1, self.num_atoms))
             out = value + out - out.mean(axis=-2, keepdims=True)
         return out if self.num_atoms > 1 else out[..., 0]
+
+
+def ensemble(module: type[nn.Module], size: int) -> type[nn.Module]:
+    """``size`` independently initialised copies of ``module`` evaluated as one batched
+    network on the same inputs: outputs gain a leading ``[size]`` axis (twin critics in
+    one matrix product per layer instead of two)."""
+    return nn.vmap(module, variable_axes={"params": 0}, split_rngs={"params": True},
+                   in_axes=None, out_axes=0, axis_size=size)
+
+
+class ContinuousQ(nn.Module):
+    """``Q(s, a)`` for continuous actions: an MLP on the flattened observation
+    concatenated with the action ``[..., A]``. Returns ``[...]``."""
+
+    hidden_sizes: Sequence[int] = (256, 256)
+    activation: str = "relu"
+    obs_ndim: int = 1
+
+    @nn.compact
+    def __call__(self, obs, action):
+        obs = obs.reshape(obs.shape[: obs.ndim - self.obs_ndim] + (-1,)).astype(jnp.float32)
+        x = MLP(self.hidden_sizes, self.activation)(jnp.concatenate([obs, action.astype(jnp.float32)], axis=-1))
+        return nn.Dense(1, kernel_init=orthogonal(1.0))(x)[..., 0]
+
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+class Actor(nn.Module):
+    """A policy network for off-policy actor-critics. ``kind``:
+
+    * ``"deterministic"``: actions ``tanh(.)`` in ``[-1, 1]``, ``[..., action_dim]``;
+    * ``"gaussian"``: ``(loc, log_std)``, each ``[..., action_dim]``, with ``log_std``
+      squashed smoothly into ``[LOG_STD_MIN, LOG_STD_MAX]`` (for a tanh-normal);
+    * ``"categorical"``: logits ``[..., action_dim]``.
+    """
+
+    action_dim: int
+    kind: str = "gaussian"
+    network: str = "mlp"
+    hidden_sizes: Sequence[int] = (256, 256)
+    activation: str = "relu"
+    obs_ndim: int = 1
+
+    @nn.compact
+    def __call__(self, obs):
+        x = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)(obs)
+        out = nn.Dense(self.action_dim, kernel_init=orthogonal(0.01))(x)
+        if self.kind == "deterministic":
+            return jnp.tanh(out)
+        if self.kind == "categorical":
+            return out
+        raw_log_std = nn.Dense(self.action_dim, kernel_init=orthogonal(0.01))(x)
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (jnp.tanh(raw_log_std) + 1.0)
+        return out, log_std

@@ -18,7 +18,6 @@ per-actor epsilons, Horgan et al., 2018). ``rainbow(env_id)`` turns them all on.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import jax
@@ -27,8 +26,8 @@ import numpy as np
 import optax
 from flax import struct
 
-from jaxrl import envs, evaluation, loop, returns, rollout
-from jaxrl.buffers import prioritized, replay
+from jaxrl import envs, evaluation, offpolicy, returns, rollout
+from jaxrl.buffers import prioritized
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.networks import QNetwork
 from jaxrl.types import TrainOutput
@@ -37,7 +36,7 @@ LEARNER_METRICS = ("loss", "q_mean", "td_abs")
 
 
 @struct.dataclass
-class Config:
+class Config(offpolicy.ReplaySchedule):
     """DQN settings. Static fields fix the program; the rest can be traced and vmapped.
 
     The defaults solve CartPole-v1 in 100k steps. They turn on double Q-learning,
@@ -95,20 +94,9 @@ class Config:
     def __post_init__(self):
         object.__setattr__(self, "env_kwargs", freeze_mapping(self.env_kwargs, "env_kwargs"))
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
-        for field in ("num_envs", "num_steps", "num_updates", "batch_size", "buffer_size",
-                      "target_update_period", "n_step", "eval_episodes"):
-            require_int(self, field, 1)
-        for field in ("learning_starts", "num_evals", "num_reports"):
-            require_int(self, field, 0)
+        self.check_schedule()
+        require_int(self, "target_update_period", 1)
         require_int(self, "num_atoms", 2)
-        require_int(self, "total_timesteps", self.learning_starts + self.iteration_steps)
-        if self.buffer_size < self.batch_size:
-            raise ValueError(f"buffer_size ({self.buffer_size}) must be at least batch_size ({self.batch_size})")
-        if self.buffer_size < self.iteration_steps:
-            raise ValueError(
-                f"buffer_size ({self.buffer_size}) must hold one iteration's "
-                f"num_envs * num_steps = {self.iteration_steps} transitions"
-            )
         require_choice(self, "loss", ("huber", "mse"))
         spec = env_spec(self)
         if not spec.discrete:
@@ -117,25 +105,6 @@ class Config:
                 f"action space of shape {spec.action_shape} (use SAC, TD3 or DDPG)"
             )
         require_network(self, spec.obs_shape)
-
-    @property
-    def iteration_steps(self) -> int:
-        """Env steps per iteration (all envs)."""
-        return self.num_envs * self.num_steps
-
-    @property
-    def num_iterations(self) -> int:
-        return self.total_timesteps // self.iteration_steps
-
-    @property
-    def warmup_iterations(self) -> int:
-        """Leading iterations that act at random and do not update."""
-        return -(-self.learning_starts // self.iteration_steps)
-
-    @property
-    def replay_ratio(self) -> float:
-        """Sampled transitions per env step."""
-        return self.num_updates * self.batch_size / self.iteration_steps
 
 
 PRESETS = {"CartPole-v1": {}}
@@ -179,11 +148,6 @@ def env_spec(config: Config) -> envs.EnvSpec:
     return envs.config_spec(config)
 
 
-def make_env(config: Config):
-    env, env_params = envs.make(config.env_id, **dict(config.env_kwargs))
-    return envs.EpisodeStatistics(env), env_params
-
-
 def make_network(config: Config) -> QNetwork:
     spec = env_spec(config)
     return QNetwork(
@@ -223,29 +187,20 @@ def _check_traced(config: Config) -> None:
             raise ValueError(f"v_min ({config.v_min}) must be below v_max ({config.v_max})")
 
 
-def _example_transition(obs) -> dict:
-    one = jax.tree.map(lambda x: x[0], obs)
-    return {
-        "obs": one, "action": jnp.zeros((), jnp.int32), "reward": jnp.zeros((), jnp.float32),
-        "terminated": jnp.zeros((), bool), "truncated": jnp.zeros((), bool), "next_obs": one,
-    }
-
-
 def init(key: jax.Array, config: Config) -> State:
     """Online and target networks, optimiser, an empty buffer and ``num_envs`` reset envs."""
     _check_traced(config)
-    env, env_params = make_env(config)
+    env, env_params = offpolicy.make_env(config)
     params_key, noise_key, env_key = jax.random.split(key, 3)
     obs, env_state = rollout.reset(env, env_params, env_key, config.num_envs)
     network_params = make_network(config).init(
         {"params": params_key, "noise": noise_key}, jax.tree.map(lambda x: x[:1], obs)
     )
-    buffers = prioritized if config.prioritized else replay
     return State(
         params={"network": network_params},
         target_params=network_params,
         opt_state=make_optimizer(config).init(network_params),
-        buffer=buffers.init(_example_transition(obs), config.buffer_size, config.num_envs),
+        buffer=offpolicy.init_buffer(obs, jnp.zeros(config.num_envs, jnp.int32), config, config.prioritized),
         env_state=env_state,
         obs=obs,
         timesteps=jnp.zeros((), jnp.int32),
@@ -311,24 +266,12 @@ def epsilon(timesteps: jax.Array, config: Config) -> jax.Array:
 # ----------------------------------------------------------------------------- learning
 
 
-def _replay_state(buffer, config: Config) -> replay.ReplayState:
-    return buffer.replay if config.prioritized else buffer
-
-
 def sample(state: State, key: jax.Array, config: Config) -> dict:
-    """A batch of ``batch_size`` n-step transitions from the buffer, leaves ``[B, ...]``:
-    those of :func:`jaxrl.buffers.replay.n_step` plus ``weight`` (importance-sampling
-    weights, ones without prioritized replay) and ``index`` (where they came from)."""
-    if config.prioritized:
-        progress = jnp.clip(state.timesteps / config.total_timesteps, 0.0, 1.0)
-        beta = config.per_beta_start + progress * (config.per_beta_end - config.per_beta_start)
-        index, weight = prioritized.sample_index(state.buffer, key, config.batch_size, beta)
-    else:
-        index = replay.sample_index(state.buffer, key, config.batch_size)
-        weight = jnp.ones(config.batch_size, jnp.float32)
-    batch = replay.n_step(_replay_state(state.buffer, config), index, config.n_step, config.gamma)
-    batch.update(weight=weight, index=index)
-    return batch
+    """A batch of :func:`jaxrl.offpolicy.sample`: ``batch_size`` n-step transitions
+    with importance-sampling ``weight`` (beta annealed over the run) and ``index``."""
+    progress = jnp.clip(state.timesteps / config.total_timesteps, 0.0, 1.0)
+    beta = config.per_beta_start + progress * (config.per_beta_end - config.per_beta_start)
+    return offpolicy.sample(state.buffer, key, config, beta)
 
 
 def loss_fn(network_params, target_params, batch: dict, key: jax.Array, config: Config):
@@ -379,10 +322,7 @@ def update(state: State, batch: dict, key: jax.Array, config: Config):
     network_params = optax.apply_updates(state.params["network"], updates)
     num_updates = state.updates + 1
     refresh = num_updates % config.target_update_period == 0
-    target_params = jax.tree.map(
-        lambda target, online: jnp.where(refresh, config.tau * online + (1.0 - config.tau) * target, target),
-        state.target_params, network_params,
-    )
+    target_params = offpolicy.polyak(state.target_params, network_params, jnp.where(refresh, config.tau, 0.0))
     buffer = state.buffer
     if config.prioritized:
         buffer = prioritized.update_priorities(buffer, batch["index"], priority_error, config.per_alpha, config.per_eps)
@@ -395,25 +335,12 @@ def update(state: State, batch: dict, key: jax.Array, config: Config):
 
 def _collect(state: State, key: jax.Array, config: Config, lane_epsilon: jax.Array):
     """``num_steps`` epsilon-greedy steps from every env, stored in the buffer."""
-    env, env_params = make_env(config)
 
     def policy(obs, policy_key):
         return act(state.params, obs, policy_key, config, epsilon=lane_epsilon), {}
 
-    trajectory, env_state, obs = rollout.collect(
-        env, env_params, policy, state.env_state, state.obs, key, config.num_steps
-    )
-    transitions = {
-        "obs": trajectory.obs, "action": trajectory.action, "reward": trajectory.reward,
-        "terminated": trajectory.terminated, "truncated": trajectory.truncated, "next_obs": trajectory.next_obs,
-    }
-    buffers = prioritized if config.prioritized else replay
-    state = state.replace(
-        buffer=buffers.add_sequence(state.buffer, transitions), env_state=env_state, obs=obs,
-        timesteps=state.timesteps + config.iteration_steps,
-    )
-    metrics = rollout.episode_metrics(trajectory)
-    metrics.update(timesteps=state.timesteps, epsilon=jnp.mean(lane_epsilon))
+    state, metrics = offpolicy.collect(state, policy, key, config)
+    metrics["epsilon"] = jnp.mean(lane_epsilon)
     return state, metrics
 
 
@@ -423,12 +350,12 @@ def step(state: State, key: jax.Array, config: Config):
     collect_key, update_key = jax.random.split(key)
     state, metrics = _collect(state, collect_key, config, epsilon(state.timesteps, config))
 
-    def one_update(state, update_key):
-        sample_key, loss_key = jax.random.split(update_key)
+    def one_update(state, key, _):
+        sample_key, loss_key = jax.random.split(key)
         return update(state, sample(state, sample_key, config), loss_key, config)
 
-    state, learner_metrics = jax.lax.scan(one_update, state, jax.random.split(update_key, config.num_updates))
-    metrics.update(jax.tree.map(jnp.mean, learner_metrics))
+    state, learner_metrics = offpolicy.run_updates(state, one_update, update_key, config.num_updates)
+    metrics.update(learner_metrics)
     return state, metrics
 
 
@@ -436,7 +363,7 @@ def warmup_step(state: State, key: jax.Array, config: Config):
     """An iteration before ``learning_starts``: uniformly random actions, no updates
     (learner metrics are NaN)."""
     state, metrics = _collect(state, key, config, jnp.ones(config.num_envs, jnp.float32))
-    metrics.update({name: jnp.full((), jnp.nan, jnp.float32) for name in LEARNER_METRICS})
+    metrics.update(offpolicy.nan_metrics(LEARNER_METRICS))
     return state, metrics
 
 
@@ -453,17 +380,4 @@ def train(key: jax.Array, config: Config) -> TrainOutput:
     the first ``warmup_iterations``, :func:`step` after. Metric leaves are
     ``[num_iterations]``, with ``eval_return`` / ``eval_length`` NaN except at the
     ``num_evals`` evaluation points."""
-    init_key, run_key = jax.random.split(key)
-
-    def iteration(state, key, index):
-        return jax.lax.cond(
-            index < config.warmup_iterations,
-            functools.partial(warmup_step, config=config), functools.partial(step, config=config),
-            state, key,
-        )
-
-    state, metrics = loop.iterate(
-        iteration, functools.partial(evaluate, config=config), init(init_key, config), run_key, 0,
-        config.num_iterations, config.num_iterations, config.num_evals, config.num_reports,
-    )
-    return TrainOutput(state, metrics)
+    return offpolicy.train(init, step, warmup_step, evaluate, key, config)

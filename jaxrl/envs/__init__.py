@@ -91,6 +91,14 @@ class EnvSpec:
     def discrete(self) -> bool:
         return self.action_kind == "discrete"
 
+    def from_unit(self, action):
+        """Map actions in ``[-1, 1]`` (a tanh policy's range) onto ``[action_low, action_high]``."""
+        return self.action_low + 0.5 * (action + 1.0) * (self.action_high - self.action_low)
+
+    def to_unit(self, action):
+        """The inverse of :meth:`from_unit`: env actions onto ``[-1, 1]``."""
+        return 2.0 * (action - self.action_low) / (self.action_high - self.action_low) - 1.0
+
 
 def spec(env, env_params) -> EnvSpec:
     """Describe ``env``'s observation and action spaces."""

@@ -1,0 +1,38 @@
+"""TD3 (Fujimoto et al., 2018): DDPG with clipped double-Q (twin critics), delayed
+actor and target updates, and target policy smoothing.
+
+It is :mod:`jaxrl.algorithms.ddpg` with TD3's defaults, not a copy: every function is
+DDPG's, and ``ddpg.Config(twin_critics=True, policy_delay=2, target_noise=0.2)`` is the
+same algorithm.
+
+    config = td3.Config(env_id="Pendulum-v1")
+    out = jax.jit(td3.train)(jax.random.key(0), config)
+"""
+
+from __future__ import annotations
+
+from flax import struct
+
+from jaxrl.algorithms import ddpg
+from jaxrl.algorithms.ddpg import (
+    LEARNER_METRICS, State, act, actor_loss, critic_loss, critic_target, env_spec, evaluate, init, make_actor,
+    make_critic, make_optimizer, step, train, update, warmup_step,
+)
+from jaxrl.config import static
+
+
+@struct.dataclass
+class Config(ddpg.Config):
+    """DDPG's Config with TD3's defaults (see :class:`jaxrl.algorithms.ddpg.Config`)."""
+
+    ALGORITHM = "TD3"
+
+    twin_critics: bool = static(True)
+    policy_delay: int = static(2)
+    target_noise: float = 0.2
+
+
+__all__ = [  # the algorithm contract: DDPG's functions with this Config
+    "Config", "LEARNER_METRICS", "State", "act", "actor_loss", "critic_loss", "critic_target", "env_spec",
+    "evaluate", "init", "make_actor", "make_critic", "make_optimizer", "step", "train", "update", "warmup_step",
+]

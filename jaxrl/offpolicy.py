@@ -1,0 +1,182 @@
+"""What the off-policy algorithms (DQN, DDPG, TD3, SAC) share: collecting into replay,
+sampling n-step batches, soft target updates, and the train loop that acts at random
+until ``learning_starts`` and then learns.
+
+The helpers read these fields of an algorithm's config: ``num_envs``, ``num_steps``,
+``batch_size``, ``buffer_size``, ``n_step``, ``gamma``, ``total_timesteps``,
+``num_evals``, ``num_reports``, and the properties ``iteration_steps``,
+``num_iterations`` and ``warmup_iterations`` (see :class:`ReplaySchedule`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl import envs, loop, rollout
+from jaxrl.buffers import prioritized, replay
+from jaxrl.config import require_int
+from jaxrl.types import TrainOutput
+
+class ReplaySchedule:
+    """Derived sizes of a collect-store-update loop, mixed into off-policy Configs.
+
+    One iteration collects ``num_steps`` steps from each of ``num_envs`` envs and then
+    runs ``num_updates`` updates on batches of ``batch_size``."""
+
+    def check_schedule(self) -> None:
+        """ValueErrors for sizes that cannot work (called from ``__post_init__``)."""
+        for field in ("num_envs", "num_steps", "num_updates", "batch_size", "buffer_size", "n_step",
+                      "eval_episodes"):
+            require_int(self, field, 1)
+        for field in ("learning_starts", "num_evals", "num_reports"):
+            require_int(self, field, 0)
+        require_int(self, "total_timesteps", self.learning_starts + self.iteration_steps)
+        if self.buffer_size < self.batch_size:
+            raise ValueError(f"buffer_size ({self.buffer_size}) must be at least batch_size ({self.batch_size})")
+        if self.buffer_size < self.iteration_steps:
+            raise ValueError(
+                f"buffer_size ({self.buffer_size}) must hold one iteration's "
+                f"num_envs * num_steps = {self.iteration_steps} transitions"
+            )
+
+    @property
+    def iteration_steps(self) -> int:
+        """Env steps per iteration (all envs)."""
+        return self.num_envs * self.num_steps
+
+    @property
+    def num_iterations(self) -> int:
+        return self.total_timesteps // self.iteration_steps
+
+    @property
+    def warmup_iterations(self) -> int:
+        """Leading iterations that act at random and do not update."""
+        return -(-self.learning_starts // self.iteration_steps)
+
+    @property
+    def replay_ratio(self) -> float:
+        """Sampled transitions per env step."""
+        return self.num_updates * self.batch_size / self.iteration_steps
+
+
+def polyak(target, online, tau):
+    """``tau * online + (1 - tau) * target`` leaf by leaf: ``tau = 1`` copies ``online``
+    exactly, ``tau = 0`` keeps ``target``."""
+    return jax.tree.map(lambda t, o: tau * o + (1.0 - tau) * t, target, online)
+
+
+def make_env(config):
+    """The config's env, reporting episode statistics, and its params."""
+    env, env_params = envs.make(config.env_id, **dict(config.env_kwargs))
+    return envs.EpisodeStatistics(env), env_params
+
+
+def example_transition(obs, action) -> dict:
+    """One transition's structure (no env axis) from batched ``obs [N, ...]`` and
+    ``action [N, ...]``: what a buffer is allocated from."""
+    one = lambda x: x[0]  # noqa: E731
+    return {
+        "obs": jax.tree.map(one, obs), "action": one(action), "reward": jnp.zeros((), jnp.float32),
+        "terminated": jnp.zeros((), bool), "truncated": jnp.zeros((), bool), "next_obs": jax.tree.map(one, obs),
+    }
+
+
+def init_buffer(obs, action, config, use_priorities: bool = False):
+    """An empty replay buffer of ``config.buffer_size`` transitions shaped like ``obs``
+    and ``action`` (batched over ``config.num_envs``)."""
+    buffers = prioritized if use_priorities else replay
+    return buffers.init(example_transition(obs, action), config.buffer_size, config.num_envs)
+
+
+def random_actions(key: jax.Array, spec: envs.EnvSpec, num: int) -> jax.Array:
+    """``num`` uniformly random actions: int32 ``[num]`` for a discrete space, float
+    ``[num, *action_shape]`` within the bounds of a Box."""
+    if spec.discrete:
+        return jax.random.randint(key, (num,), 0, spec.num_actions, jnp.int32)
+    return spec.from_unit(jax.random.uniform(key, (num,) + spec.action_shape, jnp.float32, -1.0, 1.0))
+
+
+def collect(state, policy: rollout.PolicyFn, key: jax.Array, config):
+    """``config.num_steps`` steps of ``policy`` in every env, appended to the replay
+    buffer. ``state`` is an algorithm's state with fields ``buffer`` (uniform or
+    prioritized), ``env_state``, ``obs`` and ``timesteps``; returns it updated and the
+    metrics of :func:`jaxrl.rollout.episode_metrics` plus ``timesteps``."""
+    env, env_params = make_env(config)
+    trajectory, env_state, obs = rollout.collect(env, env_params, policy, state.env_state, state.obs, key,
+                                                 config.num_steps)
+    transitions = {
+        "obs": trajectory.obs, "action": trajectory.action, "reward": trajectory.reward,
+        "terminated": trajectory.terminated, "truncated": trajectory.truncated, "next_obs": trajectory.next_obs,
+    }
+    buffers = prioritized if isinstance(state.buffer, prioritized.PrioritizedState) else replay
+    state = state.replace(buffer=buffers.add_sequence(state.buffer, transitions), env_state=env_state, obs=obs,
+                          timesteps=state.timesteps + config.iteration_steps)
+    metrics = rollout.episode_metrics(trajectory)
+    metrics["timesteps"] = state.timesteps
+    return state, metrics
+
+
+def sample(buffer, key: jax.Array, config, beta: jax.Array | None = None) -> dict:
+    """A batch of ``config.batch_size`` ``config.n_step``-step transitions, leaves
+    ``[B, ...]``: those of :func:`jaxrl.buffers.replay.n_step` (``reward`` summed,
+    ``discount = gamma ** m``, the last step's ``next_obs`` / ``terminated``) plus
+    ``weight`` (importance-sampling weights with exponent ``beta`` from a prioritized
+    buffer, ones from a uniform one) and ``index`` (where the batch came from)."""
+    if isinstance(buffer, prioritized.PrioritizedState):
+        index, weight = prioritized.sample_index(buffer, key, config.batch_size, beta)
+        buffer = buffer.replay
+    else:
+        index = replay.sample_index(buffer, key, config.batch_size)
+        weight = jnp.ones(config.batch_size, jnp.float32)
+    batch = replay.n_step(buffer, index, config.n_step, config.gamma)
+    batch.update(weight=weight, index=index)
+    return batch
+
+
+def nan_metrics(names) -> dict:
+    """NaN scalars for metrics an iteration did not compute (warm-up, skipped updates)."""
+    return {name: jnp.full((), jnp.nan, jnp.float32) for name in names}
+
+
+def run_updates(state, one_update: Callable, key: jax.Array, num_updates: int):
+    """``one_update(state, key, j) -> (state, metrics)`` for ``j = 0 .. num_updates - 1``
+    in a scan; ``j`` is unbatched under vmap, so branches on it stay real branches.
+    Returns the state and each metric's mean over the updates that computed it
+    (NaN entries are skipped)."""
+    state, metrics = jax.lax.scan(lambda state, x: one_update(state, *x), state,
+                                  (jax.random.split(key, num_updates), jnp.arange(num_updates)))
+    return state, jax.tree.map(jnp.nanmean, metrics)
+
+
+def random_step(state, key: jax.Array, config, learner_metrics):
+    """A warm-up iteration: uniformly random actions (:func:`random_actions`) stored in
+    the buffer, no updates; the ``learner_metrics`` are NaN."""
+    spec = envs.config_spec(config)
+    state, metrics = collect(state, lambda obs, k: (random_actions(k, spec, config.num_envs), {}), key, config)
+    metrics.update(nan_metrics(learner_metrics))
+    return state, metrics
+
+
+def train(init: Callable, step: Callable, warmup_step: Callable, evaluate: Callable, key: jax.Array, config):
+    """An off-policy algorithm's ``train``: ``init(key, config)``, then
+    ``config.num_iterations`` iterations in one scan, ``warmup_step(state, key, config)``
+    for the first ``config.warmup_iterations`` and ``step(state, key, config)`` after,
+    with ``evaluate(params, key, config)`` at ``config.num_evals`` points. Both steps
+    must return metrics with the same names. Returns a :class:`TrainOutput` with metric
+    leaves ``[num_iterations]`` (``eval_*`` NaN between evaluations)."""
+    init_key, run_key = jax.random.split(key)
+
+    def iteration(state, key, index):
+        # ``index`` is the scan's own counter: unbatched under vmap, so this is a real
+        # branch and warm-up iterations skip the learner's work.
+        return jax.lax.cond(index < config.warmup_iterations, functools.partial(warmup_step, config=config),
+                            functools.partial(step, config=config), state, key)
+
+    state, metrics = loop.iterate(iteration, functools.partial(evaluate, config=config), init(init_key, config),
+                                  run_key, 0, config.num_iterations, config.num_iterations, config.num_evals,
+                                  config.num_reports)
+    return TrainOutput(state, metrics)
