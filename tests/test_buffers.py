@@ -448,6 +448,16 @@ def test_sumtree_find_exact_on_integer_priorities():
     assert (all_leaves[found] > 0).all(), found
 
 
+def test_sumtree_find_below_zero_gives_first_positive_leaf():
+    # Rounding can leave the remaining mass slightly below zero during the descent; such
+    # a mass (here given directly) must still land on a non-zero leaf: the first one.
+    leaves = np.zeros(COUNT, np.float32)
+    leaves[[11, 12, 30]] = [2.0, 1.0, 3.0]
+    tree = tree_from(leaves)
+    found = np.asarray(_tree_find(tree, jnp.asarray([-1e-30, -1e-6, -1.0, 0.0], jnp.float32)))
+    np.testing.assert_array_equal(found, [11, 11, 11, 11])
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_sumtree_stratified_sample_frequencies(seed):
     rng = np.random.default_rng(seed)

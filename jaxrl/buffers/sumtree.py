@@ -5,8 +5,9 @@ The tree is a tuple of levels, root first: ``levels[0]`` is ``[1]`` (the total),
 the number of items; unused leaves stay zero). Node ``i`` of level ``d`` has children
 ``i * B .. i * B + B - 1`` on level ``d + 1``. A wide branching factor ``B`` keeps the
 tree shallow, so an update touches ``depth`` small slices and sampling descends
-``depth`` levels for the whole batch at once (each step a ``[batch, B]`` gather); one
-array per level keeps every write small.
+``depth`` levels for the whole batch at once (each step a ``[batch, B]`` gather of
+sibling rows); one array per level keeps every write small. ``B = 8`` measured fastest
+on CPU: with 16 children XLA emits a much slower fused step.
 """
 
 from __future__ import annotations
@@ -58,9 +59,37 @@ def update(tree: SumTree, index: jax.Array, values: jax.Array) -> SumTree:
     node = index
     for d in range(len(levels) - 2, -1, -1):
         node = node // branching
-        children = node[:, None] * branching + jnp.arange(branching)
-        levels[d] = levels[d].at[node].set(levels[d + 1][children].sum(axis=-1))
+        # One gather of whole sibling rows: on CPU about twice as fast as gathering
+        # B computed indices per node.
+        children = levels[d + 1].reshape(-1, branching)[node]
+        levels[d] = levels[d].at[node].set(children.sum(axis=-1))
     return tuple(levels)
+
+
+def _choose_child(children: jax.Array, mass: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """For ``children [N, B]`` and ``mass [N]``: the child holding each mass and the mass
+    before that child (the sum of its left siblings).
+
+    The child is the last positive one whose left siblings sum to at most ``mass``, or the
+    first positive one if there is none (``mass`` below zero by rounding): never one of
+    value zero, whatever the rounding, while a child is positive. Unrolled running sums
+    and selects, which XLA fuses into one elementwise loop (a cumsum, triangular matmul
+    or argmax is a separate, slower op each on CPU)."""
+    branching = children.shape[-1]
+    running = jnp.zeros_like(mass)                    # sum of the children left of k
+    chosen = jnp.full(mass.shape, -1, jnp.int32)
+    first = jnp.full(mass.shape, branching - 1, jnp.int32)
+    before = jnp.zeros_like(mass)
+    for k in range(branching):
+        value = children[:, k]
+        positive = value > 0
+        fits = positive & (running <= mass)
+        first = jnp.where(positive, jnp.minimum(first, k), first)
+        chosen = jnp.where(fits, k, chosen)
+        before = jnp.where(fits, running, before)
+        running = running + value
+    # With no fitting child the mass before the first positive one is 0 (all zeros).
+    return jnp.where(chosen < 0, first, chosen), before
 
 
 def find(tree: SumTree, mass: jax.Array) -> jax.Array:
@@ -68,19 +97,23 @@ def find(tree: SumTree, mass: jax.Array) -> jax.Array:
 
     Each step takes the child whose cumulative range holds the remaining mass, skipping
     zero children, and never one of total zero (also under float rounding), so a leaf
-    of priority zero is never returned while the total is positive."""
+    of priority zero is never returned while the total is positive.
+
+    The descent is a ``lax.scan`` over the levels that picks the level's ``[N, B]``
+    gather with ``lax.switch``: unrolled in Python, XLA fuses consecutive levels together
+    and recomputes every earlier level inside each later gather (several times slower);
+    a loop body is compiled on its own, so each level is a handful of small ops."""
     branching = _branching(tree)
-    node = jnp.zeros(mass.shape, jnp.int32)
-    for level in tree[1:]:
-        children = level[node[:, None] * branching + jnp.arange(branching)]  # [N, B]
-        # A product with a triangular matrix of ones: much faster than cumsum on CPU.
-        cumulative = children @ jnp.triu(jnp.ones((branching, branching), jnp.float32))
-        child = jnp.sum(cumulative <= mass[:, None], axis=-1)
-        last_positive = branching - 1 - jnp.argmax((children > 0)[:, ::-1], axis=-1)
-        child = jnp.minimum(child, last_positive)
-        before = jnp.take_along_axis(cumulative - children, child[:, None], axis=-1)[:, 0]
-        mass = mass - before
-        node = node * branching + child.astype(jnp.int32)
+    gathers = [lambda node, level=level: level.reshape(-1, branching)[node] for level in tree[1:]]
+
+    def step(carry, depth):
+        node, mass = carry
+        children = jax.lax.switch(depth, gathers, node)
+        child, before = _choose_child(children, mass)
+        return (node * branching + child, mass - before), None
+
+    start = (jnp.zeros(mass.shape, jnp.int32), mass.astype(jnp.float32))
+    (node, _), _ = jax.lax.scan(step, start, jnp.arange(len(tree) - 1))
     return node
 
 
