@@ -84,8 +84,8 @@ OBS_KINDS = ("image", "vector")
 
 
 
-def _setup_jax(impl):
-    if impl.startswith("jaxrl"):
+def _setup_jax(impl, peer_with_jaxrl_settings=False):
+    if impl.startswith("jaxrl") or peer_with_jaxrl_settings:
         import jaxrl  # noqa: F401 -- applies jaxrl's XLA settings (jaxrl/_xla.py) before JAX starts
     os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
     os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
@@ -319,7 +319,7 @@ def child_main(args):
     impl, obs_kind, capacity = args.one[0], args.one[1], int(args.one[2])
     result = {"impl": impl, "obs": obs_kind, "capacity": capacity}
     try:
-        jax = _setup_jax(impl)
+        jax = _setup_jax(impl, args.peer_with_jaxrl_settings)
         import importlib.metadata as md
 
         result["machine"] = dict(jax=jax.__version__, jaxlib=md.version("jaxlib"), backend=jax.default_backend(),
@@ -342,6 +342,8 @@ def child_main(args):
 def _measure(args, impl, obs_kind, capacity):
     cmd = [sys.executable, os.path.abspath(__file__), "--one", impl, obs_kind, str(capacity),
            "--iterations", str(args.iterations), "--runs", str(args.runs), "--min-time", str(args.min_time)]
+    if args.peer_with_jaxrl_settings:
+        cmd.append("--peer-with-jaxrl-settings")
     result = run_child(cmd, args.timeout, args.stall_timeout, args.verbose)
     return {"impl": impl, "obs": obs_kind, "capacity": capacity, **result} if "error" in result else result
 
@@ -426,7 +428,8 @@ def _notes(results, command, args, peer_note):
         "image: obs 84x84 uint8, no next_obs (memory); vector: obs and next_obs 4 float32; "
         "plus action int32, reward float32, terminated/truncated bool",
         "fbx-flat / fbx-per-flat samples are pairs of consecutive transitions (2 transitions read per item)",
-        "jaxrl runs under the XLA settings jaxrl applies on import (jaxrl/_xla.py); flashbax under JAX's defaults",
+        "jaxrl runs under the XLA settings jaxrl applies on import (jaxrl/_xla.py); flashbax under "
+        + ("the same settings (--peer-with-jaxrl-settings)" if args.peer_with_jaxrl_settings else "JAX's defaults"),
         "jaxrl/this: jaxrl's items/s over this buffer's (jaxrl uniform for fbx-item/flat, jaxrl-per for fbx-per-*); "
         "> 1: jaxrl faster",
     ]
@@ -512,6 +515,9 @@ def main(argv=None):
                         help="kill a measurement whose process uses no CPU this long (default: %(default)s)")
     parser.add_argument("--markdown", metavar="MD", help="also write the table (and raw results) as Markdown")
     parser.add_argument("--verbose", action="store_true", help="show a failed measurement's traceback")
+    parser.add_argument("--peer-with-jaxrl-settings", action="store_true",
+                        help="run flashbax under the XLA settings jaxrl applies on import (jaxrl/_xla.py) "
+                             "instead of JAX's defaults")
     parser.add_argument("--one", nargs=3, metavar=("IMPL", "OBS", "CAPACITY"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     quick = args.quick
