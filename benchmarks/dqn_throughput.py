@@ -43,13 +43,16 @@ import argparse
 import json
 import math
 import os
-import platform
 import shlex
 import sys
 import time
 import traceback
 
 from _harness import emit, phase, run_child
+from _harness import (cpu_snapshot as _cpu_snapshot, fmt as _fmt, last_finite as _last_finite,
+                      machine_lines as _machine_lines, markdown_table as _markdown_table, nanmean as _nanmean,
+                      other_cpu as _other_cpu, rejax_env, seed_list as _seed_list, setup_jax as _setup_jax,
+                      text_table as _text_table, time_compiled as _time_compiled)
 
 ENV_ID = "CartPole-v1"
 RUNS = ("jaxrl", "rejax", "jaxrl-default", "jaxrl-rainbow")
@@ -176,79 +179,6 @@ DIFFERENCES = [
 # ============================================================================ child
 
 
-def _setup_jax():
-    os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
-    os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
-    import jax
-
-    jax.config.update("jax_enable_compilation_cache", False)
-    return jax
-
-
-
-def _cpu_snapshot():
-    """(wall s, CPU s used by the whole machine, CPU s used by this process), or None
-    where unknown (Linux /proc/stat; other systems get None)."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(v) for v in f.readline().split()[1:9]]
-        machine = (sum(fields[:3]) + sum(fields[5:8])) / os.sysconf("SC_CLK_TCK")  # all but idle, iowait
-    except (OSError, ValueError):
-        machine = None
-    return time.monotonic(), machine, time.process_time()
-
-
-def _other_cpu(before, after):
-    """Cores' worth of CPU used by OTHER processes between two snapshots (None if unknown)."""
-    if before[1] is None or after[1] is None or after[0] <= before[0]:
-        return None
-    return max(0.0, ((after[1] - before[1]) - (after[2] - before[2])) / (after[0] - before[0]))
-
-
-def _time_compiled(jax, fn, args, runs):
-    """(lower_s, compile_s, [run_s...], output of the last run, [other processes' CPU
-    load during each run, in cores])."""
-    phase("lowering")
-    t0 = time.perf_counter()
-    lowered = jax.jit(fn).lower(*args)
-    t1 = time.perf_counter()
-    phase("compiling")
-    compiled = lowered.compile()
-    t2 = time.perf_counter()
-    run_times, other_cpu, out = [], [], None
-    for run in range(runs):
-        del out  # free the previous run's output before the next
-        phase(f"run {run + 1} of {runs} (compiled in {t2 - t0:.1f} s; runs so far: "
-               f"{', '.join(f'{t:.2f}' for t in run_times) or 'none'})")
-        before = _cpu_snapshot()
-        start = time.perf_counter()
-        out = jax.block_until_ready(compiled(*args))
-        run_times.append(time.perf_counter() - start)
-        other_cpu.append(_other_cpu(before, _cpu_snapshot()))
-    phase("collecting results")
-    return t1 - t0, t2 - t1, run_times, out, other_cpu
-
-
-def _last_finite(x):
-    """Last finite value along the last axis, per leading index (NaN if none)."""
-    import numpy as np
-
-    x = np.asarray(x, dtype=np.float64)
-    out = np.full(x.shape[:-1], np.nan)
-    for index in np.ndindex(*x.shape[:-1]):
-        finite = np.flatnonzero(np.isfinite(x[index]))
-        if finite.size:
-            out[index] = x[index][finite[-1]]
-    return out
-
-
-def _nanmean(x):
-    import numpy as np
-
-    x = np.asarray(x, dtype=np.float64)
-    return float(np.nanmean(x)) if np.isfinite(x).any() else float("nan")
-
-
 def _jaxrl_config(kind, args):
     from jaxrl.algorithms import dqn
 
@@ -291,18 +221,7 @@ def run_jaxrl(jax, args, seeds, kind):
 
 
 def _rejax_env():
-    import gymnax
-    from gymnax.wrappers import LegacyStepAPIWrapper, LogWrapper
-
-    class Env(LegacyStepAPIWrapper):
-        # rejax deep-copies its config (in create() and in its `config` property); the
-        # gymnax wrappers' __getattr__ recurses forever on the half-built copy. Envs are
-        # stateless, so sharing is a correct copy.
-        def __deepcopy__(self, memo):
-            return self
-
-    base_env, env_params = gymnax.make(ENV_ID)
-    return Env(LogWrapper(base_env)), env_params
+    return rejax_env(ENV_ID)
 
 
 def _rejax_algo(args, evals=None):
@@ -589,10 +508,6 @@ def _measure(args, kind, seeds):
     return {"library": kind, "seeds": seeds, **result} if "error" in result else result
 
 
-def _fmt(x, spec):
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
-
-
 def _derive(results):
     for r in results:
         if "error" in r:
@@ -633,18 +548,6 @@ def _rows(results):
             _fmt(r.get("ratio_compile"), ".2f") + ("x" if "ratio_compile" in r else ""),
         ])
     return rows
-
-
-def _text_table(headers, rows, left=LEFT):
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(headers)]
-    line = lambda cells: "  ".join(c.ljust(w) if i in left else c.rjust(w)  # noqa: E731
-                                   for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(row) for row in rows])
-
-
-def _markdown_table(headers, rows):
-    out = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
-    return "\n".join(out + ["| " + " | ".join(row) + " |" for row in rows])
 
 
 MAPPING_HEADERS = ["rejax setting", "rejax value", "jaxrl dqn.Config field", "jaxrl value", "same?", "note"]
@@ -694,31 +597,6 @@ def _breakdown_rows(results):
             rows.append([library, name, f"{p['us']:,.1f}", per, f"{per_iter:,.1f}", share, f"{total:.2f}",
                          _fmt(p.get("other_cpu"), ".2f")])
     return rows
-
-
-def _machine_lines(results, command):
-    info = next((r["machine"] for r in results if "machine" in r), {})
-    try:
-        affinity = len(os.sched_getaffinity(0))
-    except AttributeError:
-        affinity = "?"
-    loads = [r.get("loadavg_before") for r in results if r.get("loadavg_before")]
-    return [
-        f"command: {command}",
-        f"python {platform.python_version()} ({sys.executable}), {platform.platform()}, "
-        f"{platform.processor() or platform.machine()}",
-        f"cpu count: {os.cpu_count()} (usable: {affinity}); load average (1 min) before each "
-        f"measurement: {', '.join(f'{l[0]:.2f}' for l in loads) or '-'}",
-        f"jax {info.get('jax', '?')}, jaxlib {info.get('jaxlib', '?')}, backend {info.get('backend', '?')}, "
-        f"devices {info.get('devices', '?')}, gymnax {info.get('gymnax', '?')}, "
-        f"rejax {next((r['machine']['rejax'] for r in results if 'rejax' in r.get('machine', {})), '-')}",
-        "each measurement in a fresh subprocess, persistent compilation cache off; "
-        "compile s = lower + compile; run s = the fastest of "
-        f"{len(next((r['run_times'] for r in results if 'run_times' in r), [])) or '?'} runs of the compiled "
-        "function, all listed in order (on a shared machine the fastest is the better estimate); "
-        "steps/s = seeds * steps/seed / run s; other CPU load = cores' worth of CPU used by OTHER "
-        "processes during each run (from /proc/stat minus the measuring process; 0 = quiet machine)",
-    ]
 
 
 def _errors(results):
@@ -823,7 +701,7 @@ def parent_main(args):
     print()
     print(title)
     print()
-    print(_text_table(HEADERS, rows))
+    print(_text_table(HEADERS, rows, left=LEFT))
     print()
     for line in errors:
         print("error: " + line)
@@ -869,16 +747,6 @@ def parent_main(args):
         else:
             print("no successful measurement: plot not written")
     return 0 if any(r["library"] == "jaxrl" and "error" not in r for r in main_results) else 1
-
-
-def _seed_list(text):
-    try:
-        values = [int(v) for v in text.replace(",", " ").split()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"seed counts must be >= 1, got {text!r}")
-    return values
 
 
 def main(argv=None):
