@@ -129,9 +129,11 @@ def make_actor(config: Config) -> Actor:
                  config.activation, len(spec.obs_shape))
 
 
-def make_critic(config: Config):
-    """Q-critics ``(obs [B, ...], unit action [B, A]) -> [num_critics, B]``."""
-    return ensemble(ContinuousQ, 2 if config.twin_critics else 1)(
+def make_critic(config: Config, num_critics: int | None = None):
+    """Q-critics ``(obs [B, ...], unit action [B, A]) -> [num_critics, B]``; by default
+    two with ``twin_critics``, else one."""
+    num_critics = num_critics or (2 if config.twin_critics else 1)
+    return ensemble(ContinuousQ, num_critics)(
         config.hidden_sizes, config.activation, len(env_spec(config).obs_shape))
 
 
@@ -215,7 +217,8 @@ def critic_loss(critic_params, target: jax.Array, batch: dict, config: Config):
 def actor_loss(actor_params, critic_params, obs: jax.Array, config: Config) -> jax.Array:
     """``-mean Q_1(s, actor(s))``: the first critic judges the actor (as in TD3)."""
     action = make_actor(config).apply(actor_params, obs)
-    return -jnp.mean(make_critic(config).apply(critic_params, obs, action)[0])
+    first = jax.tree.map(lambda p: p[:1], critic_params)  # evaluating only it halves the critic work
+    return -jnp.mean(make_critic(config, 1).apply(first, obs, action))
 
 
 def update(state: State, batch: dict, key: jax.Array, config: Config, update_actor: bool | jax.Array = True):
