@@ -2,10 +2,10 @@
 sampling n-step batches, soft target updates, and the train loop that acts at random
 until ``learning_starts`` and then learns.
 
-The helpers read these fields of an algorithm's config: ``num_envs``, ``num_steps``,
-``batch_size``, ``buffer_size``, ``n_step``, ``gamma``, ``total_timesteps``,
-``num_evals``, ``num_reports``, and the properties ``iteration_steps``,
-``num_iterations`` and ``warmup_iterations`` (see :class:`ReplaySchedule`).
+The helpers read these fields of an algorithm's config: ``env_id``, ``env_kwargs``,
+``num_envs``, ``num_steps``, ``batch_size``, ``buffer_size``, ``n_step``, ``gamma``,
+``num_evals``, ``num_reports`` and the derived sizes of :class:`ReplaySchedule`, which
+every off-policy Config mixes in.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from jaxrl import envs, loop, rollout
 from jaxrl.buffers import prioritized, replay
 from jaxrl.config import require_int
 from jaxrl.types import TrainOutput
+
 
 class ReplaySchedule:
     """Derived sizes of a collect-store-update loop, mixed into off-policy Configs.
