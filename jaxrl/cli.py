@@ -37,7 +37,8 @@ def _parse_value(text: str, default, field: str):
             return tuple(int(part) for part in text.replace(" ", "").split(",") if part)
         return text
     except ValueError:
-        raise UsageError(f"cannot parse {field}={text!r} as {type(default).__name__}") from None
+        kind = "a number or 'none'" if default is None else type(default).__name__
+        raise UsageError(f"cannot parse {field}={text!r} as {kind}") from None
 
 
 def _fields(config_cls):

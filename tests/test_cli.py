@@ -37,6 +37,9 @@ def test_help_lists_every_config_field_with_its_default():
     (("train", "ppo", "--seeds", "0"), "--seeds must be >= 1"),
     (("train", "dqn", "--env", "Pendulum-v1"), "DQN needs a discrete action space"),
     (("train", "dqn", "--set", "buffer_size=10"), "buffer_size (10) must be at least batch_size"),
+    (("train", "td3", "--env", "CartPole-v1"), "TD3 needs a continuous (Box) action space"),
+    (("train", "sac", "--env", "CartPole-v1"), "set discrete=True"),
+    (("train", "sac", "--set", "target_entropy=abc"), "cannot parse target_entropy='abc' as a number or 'none'"),
 ])
 def test_bad_input_is_one_line_and_exit_status_2(args, message):
     result = run(*args)
