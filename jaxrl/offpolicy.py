@@ -153,6 +153,24 @@ def run_updates(state, one_update: Callable, key: jax.Array, num_updates: int):
     return state, jax.tree.map(jnp.nanmean, metrics)
 
 
+def step(state, key: jax.Array, config, act: Callable, learn: Callable):
+    """One iteration of an actor-critic: ``config.num_steps`` steps of
+    ``act(state.params, obs, key, config)`` in every env, stored in replay (:func:`collect`),
+    then ``config.num_updates`` of ``learn(state, batch, key, j) -> (state, metrics)`` on
+    batches from :func:`sample` (:func:`run_updates`). Returns ``(state, metrics)``."""
+    collect_key, update_key = jax.random.split(key)
+    params = state.params
+    state, metrics = collect(state, lambda obs, k: (act(params, obs, k, config), {}), collect_key, config)
+
+    def one_update(state, key, j):
+        sample_key, learn_key = jax.random.split(key)
+        return learn(state, sample(state.buffer, sample_key, config), learn_key, j)
+
+    state, learner_metrics = run_updates(state, one_update, update_key, config.num_updates)
+    metrics.update(learner_metrics)
+    return state, metrics
+
+
 def random_step(state, key: jax.Array, config, learner_metrics):
     """A warm-up iteration: uniformly random actions (:func:`random_actions`) stored in
     the buffer, no updates; the ``learner_metrics`` are NaN."""

@@ -256,21 +256,11 @@ def step(state: State, key: jax.Array, config: Config):
     """One iteration: collect and store ``num_envs x num_steps`` exploring steps, then
     ``num_updates`` updates (the actor on every ``policy_delay``-th). Metrics are
     averaged over the updates."""
-    collect_key, update_key = jax.random.split(key)
 
-    def policy(obs, policy_key):
-        return act(state.params, obs, policy_key, config), {}
+    def learn(state, batch, key, j):
+        return update(state, batch, key, config, update_actor=(j + 1) % config.policy_delay == 0)
 
-    state, metrics = offpolicy.collect(state, policy, collect_key, config)
-
-    def one_update(state, key, j):
-        sample_key, target_key = jax.random.split(key)
-        batch = offpolicy.sample(state.buffer, sample_key, config)
-        return update(state, batch, target_key, config, update_actor=(j + 1) % config.policy_delay == 0)
-
-    state, learner_metrics = offpolicy.run_updates(state, one_update, update_key, config.num_updates)
-    metrics.update(learner_metrics)
-    return state, metrics
+    return offpolicy.step(state, key, config, act, learn)
 
 
 def warmup_step(state: State, key: jax.Array, config: Config):

@@ -293,20 +293,7 @@ def update(state: State, batch: dict, key: jax.Array, config: Config):
 def step(state: State, key: jax.Array, config: Config):
     """One iteration: collect and store ``num_envs x num_steps`` steps sampled from the
     policy, then ``num_updates`` updates. Metrics are averaged over the updates."""
-    collect_key, update_key = jax.random.split(key)
-
-    def policy(obs, policy_key):
-        return act(state.params, obs, policy_key, config), {}
-
-    state, metrics = offpolicy.collect(state, policy, collect_key, config)
-
-    def one_update(state, key, _):
-        sample_key, loss_key = jax.random.split(key)
-        return update(state, offpolicy.sample(state.buffer, sample_key, config), loss_key, config)
-
-    state, learner_metrics = offpolicy.run_updates(state, one_update, update_key, config.num_updates)
-    metrics.update(learner_metrics)
-    return state, metrics
+    return offpolicy.step(state, key, config, act, lambda state, batch, key, _: update(state, batch, key, config))
 
 
 def warmup_step(state: State, key: jax.Array, config: Config):
