@@ -43,7 +43,7 @@ import sys
 import time
 import traceback
 
-from _harness import emit, phase, run_child
+from _harness import emit, fmt, last_finite, nanmean, phase, run_child, setup_jax
 
 ENV_ID = "CartPole-v1"
 
@@ -79,16 +79,6 @@ NOTES = [
 # ============================================================================ child
 
 
-def _setup_jax():
-    os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
-    os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
-    import jax
-
-    jax.config.update("jax_enable_compilation_cache", False)
-    return jax
-
-
-
 def _time_compiled(jax, fn, args, runs):
     """(lower_s, compile_s, [run_s...], output of the last run)."""
     phase("lowering")
@@ -108,26 +98,6 @@ def _time_compiled(jax, fn, args, runs):
         run_times.append(time.perf_counter() - start)
     phase("collecting results")
     return t1 - t0, t2 - t1, run_times, out
-
-
-def _last_finite(x):
-    """Last finite value along the last axis, per leading index (NaN if none)."""
-    import numpy as np
-
-    x = np.asarray(x, dtype=np.float64)
-    out = np.full(x.shape[:-1], np.nan)
-    for index in np.ndindex(*x.shape[:-1]):
-        finite = np.flatnonzero(np.isfinite(x[index]))
-        if finite.size:
-            out[index] = x[index][finite[-1]]
-    return out
-
-
-def _nanmean(x):
-    import numpy as np
-
-    x = np.asarray(x, dtype=np.float64)
-    return float(np.nanmean(x)) if np.isfinite(x).any() else float("nan")
 
 
 def run_jaxrl(jax, args, seeds):
@@ -152,8 +122,8 @@ def run_jaxrl(jax, args, seeds):
     return dict(
         lower_s=lower_s, compile_s=compile_s, run_times=run_times, steps_per_seed=steps_per_seed,
         iterations=config.num_iterations,
-        final_eval_return=_nanmean(_last_finite(metrics["eval_return"])) if args.evals else float("nan"),
-        final_train_return=_nanmean(_last_finite(metrics["episode_return"])),
+        final_eval_return=nanmean(last_finite(metrics["eval_return"])) if args.evals else float("nan"),
+        final_train_return=nanmean(last_finite(metrics["episode_return"])),
         evals_done=int(np.isfinite(metrics["eval_return"][0]).sum()),
         evaluation=f"{args.evals} x {args.eval_episodes} episodes, deterministic" if args.evals else "off",
         settings={k: repr(v) for k, v in settings.items()},
@@ -281,7 +251,7 @@ def run_rejax(jax, args, seeds):
         lower_s=lower_s, compile_s=compile_s, run_times=run_times, steps_per_seed=steps_per_seed,
         iterations=num_blocks * per_block,
         final_eval_return=float(np.mean(np.asarray(returns)[:, -1])) if args.evals else float("nan"),
-        final_train_return=_nanmean(np.nanmean(last_returns, axis=-1)) if np.isfinite(last_returns).any()
+        final_train_return=nanmean(np.nanmean(last_returns, axis=-1)) if np.isfinite(last_returns).any()
         else float("nan"),
         evals_done=int(np.asarray(returns).shape[1]) if args.evals else 0,
         evaluation=f"{args.evals} x {eval_episodes} episodes, stochastic" if args.evals else "off",
@@ -299,7 +269,7 @@ def child_main(args):
             from jaxrl._xla import configure
 
             configure()
-        jax = _setup_jax()
+        jax = setup_jax()
         import importlib.metadata as md
 
         result["machine"] = dict(
@@ -336,10 +306,6 @@ def _measure(args, library, seeds):
     return {"library": library, "seeds": seeds, **result} if "error" in result else result
 
 
-def _fmt(x, spec):
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
-
-
 def _derive(results):
     for r in results:
         if "error" in r:
@@ -367,11 +333,11 @@ def _rows(results):
                          "-", "-", ])
             continue
         rows.append([
-            r["library"], str(r["seeds"]), f"{r['steps_per_seed']:,}", _fmt(r["total_compile_s"], ".1f"),
-            _fmt(r["run_s"], ".2f"), ", ".join(f"{t:.2f}" for t in r["run_times"]), f"{r['steps_per_s']:,.0f}",
-            _fmt(r["final_eval_return"], ".1f"), _fmt(r["final_train_return"], ".1f"), r["evaluation"],
-            _fmt(r.get("ratio_steps"), ".2f") + ("x" if "ratio_steps" in r else ""),
-            _fmt(r.get("ratio_compile"), ".2f") + ("x" if "ratio_compile" in r else ""),
+            r["library"], str(r["seeds"]), f"{r['steps_per_seed']:,}", fmt(r["total_compile_s"], ".1f"),
+            fmt(r["run_s"], ".2f"), ", ".join(f"{t:.2f}" for t in r["run_times"]), f"{r['steps_per_s']:,.0f}",
+            fmt(r["final_eval_return"], ".1f"), fmt(r["final_train_return"], ".1f"), r["evaluation"],
+            fmt(r.get("ratio_steps"), ".2f") + ("x" if "ratio_steps" in r else ""),
+            fmt(r.get("ratio_compile"), ".2f") + ("x" if "ratio_compile" in r else ""),
         ])
     return rows
 
