@@ -13,7 +13,6 @@ continuous (diagonal Gaussian) actions. One iteration collects ``num_steps`` ste
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import jax
@@ -21,11 +20,15 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import envs, evaluation, loop, returns, rollout
-from jaxrl.config import freeze_mapping, require_int, require_network, require_range, static
-from jaxrl.distributions import Categorical, Normal
-from jaxrl.networks import ActorCritic
+from jaxrl import onpolicy, returns, rollout
+from jaxrl.config import freeze_mapping, require_int, require_range, static
+from jaxrl.onpolicy import State, act, evaluate, make_env, make_network, policy_and_value
 from jaxrl.types import Trajectory, TrainOutput
+
+__all__ = [  # the contract; act, evaluate, State ... are jaxrl.onpolicy's
+    "Config", "State", "init", "act", "update", "step", "train", "evaluate", "make_env", "make_network",
+    "policy_and_value", "PRESETS", "preset", "loss_fn", "compute_targets",
+]
 
 
 @struct.dataclass
@@ -47,6 +50,7 @@ class Config:
     network: str = static("mlp")             # "mlp" or "cnn" (MinAtar)
     hidden_sizes: tuple = static((64, 64))
     activation: str = static("tanh")
+    optimizer: str = static("adam")          # "adam" or "rmsprop"
     anneal_lr: bool = static(True)           # linearly to 0 over the run
     normalize_advantages: bool = static(True)
     clip_value_loss: bool = static(True)
@@ -68,21 +72,18 @@ class Config:
     def __post_init__(self):
         object.__setattr__(self, "env_kwargs", freeze_mapping(self.env_kwargs, "env_kwargs"))
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
-        for field in ("num_envs", "num_steps", "num_epochs", "num_minibatches", "eval_episodes"):
+        onpolicy.check_config(self)
+        for field in ("num_epochs", "num_minibatches"):
             require_int(self, field, 1)
-        for field in ("num_evals", "num_reports"):
-            require_int(self, field, 0)
-        require_int(self, "total_timesteps", self.num_envs * self.num_steps)
         if (self.num_envs * self.num_steps) % self.num_minibatches:
             raise ValueError(
                 f"num_minibatches ({self.num_minibatches}) must divide the batch "
                 f"num_envs * num_steps = {self.num_envs * self.num_steps}"
             )
-        require_network(self, env_spec(self).obs_shape)
 
     @property
     def num_iterations(self) -> int:
-        return self.total_timesteps // (self.num_envs * self.num_steps)
+        return onpolicy.num_iterations(self)
 
 
 PRESETS = {
@@ -100,58 +101,6 @@ def preset(env_id: str, **overrides) -> Config:
     return Config(env_id=env_id, **{**PRESETS.get(env_id, {}), **overrides})
 
 
-@struct.dataclass
-class State:
-    params: dict            # {"network": flax params, "obs_stats": RunningStats}
-    opt_state: Any
-    env_state: Any          # batched env state [num_envs]
-    obs: Any                # [num_envs, *obs_shape] observation to act on next
-    timesteps: jax.Array    # int32 env steps taken so far
-
-
-# ----------------------------------------------------------------------------- set-up
-
-
-def env_spec(config: Config) -> envs.EnvSpec:
-    return envs.config_spec(config)
-
-
-def make_env(config: Config):
-    """The training env (episode statistics, action clipping, optional reward scaling)."""
-    env, env_params = envs.make(config.env_id, **dict(config.env_kwargs))
-    env = envs.EpisodeStatistics(envs.ClipAction(env))
-    if config.scale_rewards:
-        env = envs.ScaleReward(env, gamma=config.gamma)
-    return env, env_params
-
-
-def make_network(config: Config) -> ActorCritic:
-    spec = env_spec(config)
-    return ActorCritic(
-        action_dim=spec.num_actions if spec.discrete else spec.action_shape[0],
-        discrete=spec.discrete,
-        network=config.network,
-        hidden_sizes=config.hidden_sizes,
-        activation=config.activation,
-        obs_ndim=len(spec.obs_shape),
-        log_std_init=config.log_std_init,
-    )
-
-
-def make_optimizer(config: Config) -> optax.GradientTransformation:
-    num_updates = config.num_iterations * config.num_epochs * config.num_minibatches
-
-    def learning_rate(count):
-        if not config.anneal_lr:
-            return config.learning_rate
-        return config.learning_rate * (1.0 - jnp.minimum(count, num_updates) / num_updates)
-
-    return optax.chain(
-        optax.clip_by_global_norm(config.max_grad_norm),
-        optax.inject_hyperparams(optax.adam)(learning_rate=learning_rate, eps=1e-5),
-    )
-
-
 def _check_traced(config: Config) -> None:
     require_range(config, "learning_rate", 0.0, float("inf"), low_open=True)
     require_range(config, "gamma", 0.0, 1.0)
@@ -165,49 +114,7 @@ def _check_traced(config: Config) -> None:
 def init(key: jax.Array, config: Config) -> State:
     """Network, optimiser and ``num_envs`` freshly reset envs."""
     _check_traced(config)
-    env, env_params = make_env(config)
-    spec = env_spec(config)
-    network_key, env_key = jax.random.split(key)
-    dummy_obs = jnp.zeros((1,) + spec.obs_shape, jnp.float32)
-    params = {
-        "network": make_network(config).init(network_key, dummy_obs),
-        "obs_stats": envs.running_stats_init(spec.obs_shape),
-    }
-    obs, env_state = rollout.reset(env, env_params, env_key, config.num_envs)
-    return State(
-        params=params,
-        opt_state=make_optimizer(config).init(params["network"]),
-        env_state=env_state,
-        obs=obs,
-        timesteps=jnp.zeros((), jnp.int32),
-    )
-
-
-# ----------------------------------------------------------------------------- acting
-
-
-def _policy_and_value(params: dict, obs: jax.Array, config: Config):
-    """``(distribution, value [B])`` for raw observations ``[B, *obs_shape]``."""
-    if config.normalize_observations:
-        obs = envs.normalize(params["obs_stats"], obs)
-    policy_out, value = make_network(config).apply(params["network"], obs)
-    if env_spec(config).discrete:
-        return Categorical(policy_out), value
-    mean, log_std = policy_out
-    return Normal(mean, jnp.broadcast_to(jnp.exp(log_std), mean.shape)), value
-
-
-def act(params: dict, obs: jax.Array, key: jax.Array, config: Config, deterministic: bool = False) -> jax.Array:
-    """Actions ``[B, ...]`` for raw observations ``[B, *obs_shape]``.
-
-    Samples from the policy, or takes its mode if ``deterministic``; continuous actions
-    are clipped to the action bounds."""
-    distribution, _ = _policy_and_value(params, obs, config)
-    action = distribution.mode() if deterministic else distribution.sample(key)
-    spec = env_spec(config)
-    if not spec.discrete:
-        action = jnp.clip(action, spec.action_low, spec.action_high)
-    return action
+    return onpolicy.init(key, config, updates_per_iteration=config.num_epochs * config.num_minibatches)
 
 
 # ----------------------------------------------------------------------------- learning
@@ -216,7 +123,7 @@ def act(params: dict, obs: jax.Array, key: jax.Array, config: Config, determinis
 def loss_fn(network_params, obs_stats, batch: dict, config: Config):
     """PPO loss on a minibatch of flat ``[B, ...]`` arrays; returns ``(loss, metrics)``."""
     params = {"network": network_params, "obs_stats": obs_stats}
-    distribution, value = _policy_and_value(params, batch["obs"], config)
+    distribution, value = policy_and_value(params, batch["obs"], config)
     log_prob = distribution.log_prob(batch["action"])
     log_ratio = log_prob - batch["log_prob"]
     ratio = jnp.exp(log_ratio)
@@ -246,7 +153,7 @@ def loss_fn(network_params, obs_stats, batch: dict, config: Config):
 
 def compute_targets(params: dict, trajectory: Trajectory, config: Config):
     """GAE advantages and value targets ``[T, N]``, bootstrapping from ``next_obs``."""
-    _, value_next = _policy_and_value(params, trajectory.next_obs, config)
+    value_next = onpolicy.value(params, trajectory.next_obs, config)
     advantage = returns.gae(
         trajectory.reward, trajectory.extras["value"], value_next,
         trajectory.terminated, trajectory.truncated, config.gamma, config.gae_lambda,
@@ -267,7 +174,7 @@ def update(state: State, trajectory: Trajectory, key: jax.Array, config: Config)
     }
     batch_size = config.num_envs * config.num_steps
     batch = jax.tree.map(lambda x: x.reshape((batch_size,) + x.shape[2:]), batch)
-    optimizer = make_optimizer(config)
+    optimizer = onpolicy.make_optimizer(config, config.num_epochs * config.num_minibatches)
     obs_stats = state.params["obs_stats"]
     grad_fn = jax.grad(loss_fn, has_aux=True)
 
@@ -289,41 +196,19 @@ def update(state: State, trajectory: Trajectory, key: jax.Array, config: Config)
         epoch, (state.params["network"], state.opt_state), jax.random.split(key, config.num_epochs)
     )
     metrics = jax.tree.map(jnp.mean, metrics)
-    metrics["learning_rate"] = opt_state[1].hyperparams["learning_rate"]
+    metrics["learning_rate"] = onpolicy.current_learning_rate(opt_state)
     state = state.replace(params={**state.params, "network": network_params}, opt_state=opt_state)
     return state, metrics
 
 
 def step(state: State, key: jax.Array, config: Config):
     """One iteration: collect ``num_steps x num_envs`` steps, then :func:`update`."""
-    env, env_params = make_env(config)
     collect_key, update_key = jax.random.split(key)
-
-    def policy(obs, policy_key):
-        distribution, value = _policy_and_value(state.params, obs, config)
-        action = distribution.sample(policy_key)
-        return action, {"log_prob": distribution.log_prob(action), "value": value}
-
-    trajectory, env_state, obs = rollout.collect(
-        env, env_params, policy, state.env_state, state.obs, collect_key, config.num_steps
-    )
-    state = state.replace(env_state=env_state, obs=obs, timesteps=state.timesteps + config.num_envs * config.num_steps)
+    state, trajectory = onpolicy.collect(state, state.params, collect_key, config)
     state, metrics = update(state, trajectory, update_key, config)
-    if config.normalize_observations:
-        # After the update, so that update saw the statistics the data was collected with.
-        flat_obs = trajectory.obs.reshape((-1,) + trajectory.obs.shape[2:])
-        obs_stats = envs.running_stats_update(state.params["obs_stats"], flat_obs)
-        state = state.replace(params={**state.params, "obs_stats": obs_stats})
+    state = onpolicy.update_obs_stats(state, trajectory, config)
     metrics.update(rollout.episode_metrics(trajectory), timesteps=state.timesteps)
     return state, metrics
-
-
-# ----------------------------------------------------------------------------- training
-
-
-def evaluate(params: dict, key: jax.Array, config: Config) -> evaluation.EvalResult:
-    """Deterministic returns of ``eval_episodes`` episodes on the (unscaled) env."""
-    return evaluation.evaluate_config(act, params, key, config)
 
 
 def train(key: jax.Array, config: Config) -> TrainOutput:
@@ -332,10 +217,4 @@ def train(key: jax.Array, config: Config) -> TrainOutput:
     Metrics leaves are ``[num_iterations]``: those of :func:`step`, plus
     ``eval_return`` / ``eval_length`` (NaN except at the ``num_evals`` evaluation points).
     """
-    init_key, run_key = jax.random.split(key)
-    state, metrics = loop.iterate(
-        lambda state, key, index: step(state, key, config), functools.partial(evaluate, config=config),
-        init(init_key, config), run_key, 0, config.num_iterations,
-        config.num_iterations, config.num_evals, config.num_reports,
-    )
-    return TrainOutput(state, metrics)
+    return onpolicy.train(init, step, key, config)

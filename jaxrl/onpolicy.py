@@ -1,0 +1,206 @@
+"""What the on-policy actor-critic algorithms share (PPO, A2C, REINFORCE, IMPALA).
+
+The training env, the actor-critic network, acting, one rollout with the behaviour
+policy's log-probabilities and values, running observation statistics, the optimiser
+with optional linear annealing, and the ``train`` scan. A config that uses these
+declares the fields ``env_id``, ``env_kwargs``, ``num_envs``, ``num_steps``,
+``total_timesteps``, ``network``, ``hidden_sizes``, ``activation``, ``log_std_init``,
+``normalize_observations``, ``scale_rewards``, ``optimizer``, ``anneal_lr``,
+``learning_rate``, ``max_grad_norm``, ``gamma``, ``num_evals``, ``eval_episodes`` and
+``num_reports``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from jaxrl import envs, evaluation, loop, rollout
+from jaxrl.config import require_choice, require_int, require_network
+from jaxrl.distributions import Categorical, Normal
+from jaxrl.networks import ActorCritic
+from jaxrl.types import Trajectory, TrainOutput
+
+OPTIMIZERS = ("adam", "rmsprop")
+
+
+@struct.dataclass
+class State:
+    params: dict            # {"network": flax params, "obs_stats": RunningStats}
+    opt_state: Any
+    env_state: Any          # batched env state [num_envs]
+    obs: Any                # [num_envs, *obs_shape] observation to act on next
+    timesteps: jax.Array    # int32 env steps taken so far
+    lagged_params: Any = ()  # IMPALA's policy lag: the last k params, oldest first, leaves [k, ...]
+
+
+def check_config(config) -> None:
+    """The structural checks every on-policy config shares (ValueError naming the field)."""
+    for field in ("num_envs", "num_steps", "eval_episodes"):
+        require_int(config, field, 1)
+    for field in ("num_evals", "num_reports"):
+        require_int(config, field, 0)
+    require_int(config, "total_timesteps", config.num_envs * config.num_steps)
+    require_choice(config, "optimizer", OPTIMIZERS)
+    require_network(config, envs.config_spec(config).obs_shape)
+
+
+def num_iterations(config) -> int:
+    return config.total_timesteps // (config.num_envs * config.num_steps)
+
+
+def make_env(config):
+    """The training env (episode statistics, action clipping, optional reward scaling)."""
+    env, env_params = envs.make(config.env_id, **dict(config.env_kwargs))
+    env = envs.EpisodeStatistics(envs.ClipAction(env))
+    if config.scale_rewards:
+        env = envs.ScaleReward(env, gamma=config.gamma)
+    return env, env_params
+
+
+def make_network(config) -> ActorCritic:
+    spec = envs.config_spec(config)
+    return ActorCritic(
+        action_dim=spec.num_actions if spec.discrete else spec.action_shape[0],
+        discrete=spec.discrete,
+        network=config.network,
+        hidden_sizes=config.hidden_sizes,
+        activation=config.activation,
+        obs_ndim=len(spec.obs_shape),
+        log_std_init=config.log_std_init,
+    )
+
+
+def make_optimizer(config, updates_per_iteration: int) -> optax.GradientTransformation:
+    """Global-norm clipping then Adam or RMSProp, the learning rate annealed linearly to 0
+    over the run's ``num_iterations * updates_per_iteration`` updates if ``anneal_lr``."""
+    num_updates = num_iterations(config) * updates_per_iteration
+
+    def learning_rate(count):
+        if not config.anneal_lr:
+            return config.learning_rate
+        return config.learning_rate * (1.0 - jnp.minimum(count, num_updates) / num_updates)
+
+    if config.optimizer == "adam":
+        optimizer = optax.inject_hyperparams(optax.adam)(learning_rate=learning_rate, eps=1e-5)
+    else:  # the A2C paper's choice
+        optimizer = optax.inject_hyperparams(optax.rmsprop)(learning_rate=learning_rate, decay=0.99, eps=1e-5)
+    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optimizer)
+
+
+def current_learning_rate(opt_state) -> jax.Array:
+    """The learning rate the last update used (from :func:`make_optimizer`'s state)."""
+    return opt_state[1].hyperparams["learning_rate"]
+
+
+def init(key: jax.Array, config, updates_per_iteration: int, policy_lag: int = 0) -> State:
+    """Network, optimiser, ``num_envs`` freshly reset envs and, for a ``policy_lag`` of
+    k > 0, k copies of the initial params to act with."""
+    env, env_params = make_env(config)
+    spec = envs.config_spec(config)
+    network_key, env_key = jax.random.split(key)
+    dummy_obs = jnp.zeros((1,) + spec.obs_shape, jnp.float32)
+    params = {
+        "network": make_network(config).init(network_key, dummy_obs),
+        "obs_stats": envs.running_stats_init(spec.obs_shape),
+    }
+    obs, env_state = rollout.reset(env, env_params, env_key, config.num_envs)
+    lagged = jax.tree.map(lambda x: jnp.stack([x] * policy_lag), params) if policy_lag else ()
+    return State(
+        params=params,
+        opt_state=make_optimizer(config, updates_per_iteration).init(params["network"]),
+        env_state=env_state,
+        obs=obs,
+        timesteps=jnp.zeros((), jnp.int32),
+        lagged_params=lagged,
+    )
+
+
+def policy_and_value(params: dict, obs: jax.Array, config):
+    """``(distribution, value [...])`` for raw observations ``[..., *obs_shape]``."""
+    if config.normalize_observations:
+        obs = envs.normalize(params["obs_stats"], obs)
+    policy_out, value = make_network(config).apply(params["network"], obs)
+    if envs.config_spec(config).discrete:
+        return Categorical(policy_out), value
+    mean, log_std = policy_out
+    return Normal(mean, jnp.broadcast_to(jnp.exp(log_std), mean.shape)), value
+
+
+def value(params: dict, obs: jax.Array, config) -> jax.Array:
+    """The critic's values ``[...]`` for raw observations ``[..., *obs_shape]``."""
+    if config.normalize_observations:
+        obs = envs.normalize(params["obs_stats"], obs)
+    return make_network(config).apply(params["network"], obs, method=ActorCritic.value)
+
+
+def act(params: dict, obs: jax.Array, key: jax.Array, config, deterministic: bool = False) -> jax.Array:
+    """Actions ``[B, ...]`` for raw observations ``[B, *obs_shape]``.
+
+    Samples from the policy, or takes its mode if ``deterministic``; continuous actions
+    are clipped to the action bounds."""
+    distribution, _ = policy_and_value(params, obs, config)
+    action = distribution.mode() if deterministic else distribution.sample(key)
+    spec = envs.config_spec(config)
+    if not spec.discrete:
+        action = jnp.clip(action, spec.action_low, spec.action_high)
+    return action
+
+
+def collect(state: State, params: dict, key: jax.Array, config, fresh_start: bool = False):
+    """``num_steps`` steps in each of the ``num_envs`` envs, acting with ``params``.
+
+    The trajectory's ``extras`` hold the behaviour ``log_prob`` and ``value`` ``[T, N]``.
+    With ``fresh_start`` every env is reset first, so each env's first episode starts at
+    ``t = 0`` (whole-episode Monte Carlo). Returns ``(state, trajectory)``; the state
+    has the envs, next observations and ``timesteps`` advanced.
+    """
+    env, env_params = make_env(config)
+    env_state, obs = state.env_state, state.obs
+    if fresh_start:
+        key, reset_key = jax.random.split(key)
+        obs, env_state = rollout.reset(env, env_params, reset_key, config.num_envs)
+
+    def policy(obs, policy_key):
+        distribution, value = policy_and_value(params, obs, config)
+        action = distribution.sample(policy_key)
+        return action, {"log_prob": distribution.log_prob(action), "value": value}
+
+    trajectory, env_state, obs = rollout.collect(env, env_params, policy, env_state, obs, key, config.num_steps)
+    state = state.replace(env_state=env_state, obs=obs, timesteps=state.timesteps + config.num_envs * config.num_steps)
+    return state, trajectory
+
+
+def update_obs_stats(state: State, trajectory: Trajectory, config) -> State:
+    """Fold the trajectory's observations into the running statistics (if enabled).
+
+    Call it after the learner update, so that the update saw the statistics the data
+    was collected with."""
+    if not config.normalize_observations:
+        return state
+    flat_obs = trajectory.obs.reshape((-1,) + trajectory.obs.shape[2:])
+    obs_stats = envs.running_stats_update(state.params["obs_stats"], flat_obs)
+    return state.replace(params={**state.params, "obs_stats": obs_stats})
+
+
+def evaluate(params: dict, key: jax.Array, config) -> evaluation.EvalResult:
+    """Deterministic returns of ``eval_episodes`` episodes on the (unscaled) env."""
+    return evaluation.evaluate_config(act, params, key, config)
+
+
+def train(init: Callable, step: Callable, key: jax.Array, config) -> TrainOutput:
+    """``init(key, config)`` then ``num_iterations`` of ``step(state, key, config)`` in one
+    ``lax.scan``, with periodic deterministic evaluation (``eval_return`` /
+    ``eval_length``, NaN elsewhere) and progress reports. Metric leaves are
+    ``[num_iterations]``."""
+    init_key, run_key = jax.random.split(key)
+    iterations = num_iterations(config)
+    state, metrics = loop.iterate(
+        lambda state, key, index: step(state, key, config), lambda params, key: evaluate(params, key, config),
+        init(init_key, config), run_key, 0, iterations, iterations, config.num_evals, config.num_reports,
+    )
+    return TrainOutput(state, metrics)
