@@ -7,7 +7,7 @@ import difflib
 import importlib
 from types import ModuleType
 
-ALGORITHMS = ("ppo", "dqn", "ddpg", "td3", "sac")
+ALGORITHMS = ("ppo", "dqn", "ddpg", "td3", "sac", "bc")
 
 
 def get(name: str) -> ModuleType:
