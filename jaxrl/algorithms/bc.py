@@ -65,7 +65,10 @@ class Config:
         require_choice(self, "loss", ("mse", "gaussian"))
         if not isinstance(self.dataset_path, str):
             raise TypeError(f"dataset_path must be a string, got {self.dataset_path!r}")
-        require_network(self, env_spec(self).obs_shape)
+        spec = env_spec(self)
+        require_network(self, spec.obs_shape)
+        if not spec.discrete and len(spec.action_shape) != 1:
+            raise ValueError(f"BC needs flat continuous actions, {self.env_id} has action shape {spec.action_shape}")
 
 
 @struct.dataclass
@@ -105,9 +108,6 @@ def make_optimizer(config: Config) -> optax.GradientTransformation:
 def check_dataset(config: Config, dataset: data.Dataset) -> None:
     """Raise ValueError unless ``dataset`` fits the config's env and ``batch_size``."""
     data.check_env_dataset(dataset, config.env_id, config.env_kwargs)
-    spec = env_spec(config)
-    if not spec.discrete and len(spec.action_shape) != 1:
-        raise ValueError(f"BC needs flat continuous actions, {config.env_id} has shape {spec.action_shape}")
     if config.batch_size > dataset.size:
         raise ValueError(f"batch_size ({config.batch_size}) must be at most the dataset's {dataset.size} transitions")
 
