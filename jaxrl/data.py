@@ -109,17 +109,17 @@ def collect_dataset(act_fn: Callable, params, env_id: str, key: jax.Array, num_s
     env = envs.EpisodeStatistics(env)
     steps_per_env = num_steps // num_envs
 
-    def policy(obs, policy_key):
-        action = act_fn(params, obs, policy_key)
-        expected = (num_envs,) + spec.action_shape
-        if action.shape != expected:
-            raise ValueError(f"act_fn returned actions of shape {action.shape}, expected {expected} for {env_id}")
-        if spec.discrete:
-            return action.astype(jnp.int32), {}
-        return jnp.clip(action, spec.action_low, spec.action_high), {}
-
     @jax.jit
-    def run(key):
+    def run(params, key):  # params as an argument, not a closure: no weights baked into the program
+        def policy(obs, policy_key):
+            action = act_fn(params, obs, policy_key)
+            expected = (num_envs,) + spec.action_shape
+            if action.shape != expected:
+                raise ValueError(f"act_fn returned actions of shape {action.shape}, expected {expected} for {env_id}")
+            if spec.discrete:
+                return action.astype(jnp.int32), {}
+            return jnp.clip(action, spec.action_low, spec.action_high), {}
+
         reset_key, run_key = jax.random.split(key)
         obs, env_state = rollout.reset(env, env_params, reset_key, num_envs)
         trajectory, _, _ = rollout.collect(env, env_params, policy, env_state, obs, run_key, steps_per_env)
@@ -128,7 +128,7 @@ def collect_dataset(act_fn: Callable, params, env_id: str, key: jax.Array, num_s
         return Dataset(**{name: flat(getattr(trajectory, name)) for name in FIELDS},
                        env_id=env_id, num_envs=num_envs)
 
-    return run(key)
+    return run(params, key)
 
 
 # ----------------------------------------------------------------------------- checking
