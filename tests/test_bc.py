@@ -37,6 +37,9 @@ def synthetic_dataset(env_id, size, seed=0, obs_dim=4, action_dim=None, num_acti
 
 
 DATASET = synthetic_dataset("CartPole-v1", 64)
+# The continuous-action tests share these, so each jitted piece compiles once per loss.
+PENDULUM = {loss: bc.Config(env_id="Pendulum-v1", loss=loss, hidden_sizes=(8,), batch_size=8) for loss in ("mse", "gaussian")}
+PENDULUM_DATASET = synthetic_dataset("Pendulum-v1", 32, seed=1, obs_dim=3, action_dim=1)
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +91,7 @@ def test_loss_matches_numpy(env_id, loss):
     onto [-2, 2]; the negative log-likelihood of a diagonal Gaussian with log-std
     squashed into [-5, 2]."""
     continuous = env_id == "Pendulum-v1"
-    dataset = synthetic_dataset(env_id, 32, seed=1, obs_dim=3 if continuous else 4, action_dim=1 if continuous else None)
-    config = bc.Config(env_id=env_id, loss=loss, hidden_sizes=(8, 8), batch_size=32)
+    config, dataset = (PENDULUM[loss], PENDULUM_DATASET) if continuous else (SMALL, DATASET)
     state = perturbed_state(config, dataset)
     value, metrics = jit(bc.loss_fn)(state.params["network"], state.params["obs_stats"], dataset, config)
     obs, action = np.asarray(dataset.obs), np.asarray(dataset.action)
@@ -98,7 +100,7 @@ def test_loss_matches_numpy(env_id, loss):
         logits = heads[0]
         top = logits.max(-1, keepdims=True)
         log_p = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
-        expected = -np.mean(log_p[np.arange(32), action])
+        expected = -np.mean(log_p[np.arange(len(action)), action])
         np.testing.assert_allclose(metrics["accuracy"], np.mean(logits.argmax(-1) == action), rtol=1e-6)
     elif loss == "mse":
         expected = np.mean((-2.0 + 0.5 * (np.tanh(heads[0]) + 1.0) * 4.0 - action) ** 2)
@@ -188,8 +190,8 @@ def test_act_from_params_alone(small_run):
 
 @pytest.mark.parametrize("loss", ["mse", "gaussian"])
 def test_continuous_actions_stay_in_bounds(loss):
-    config = bc.Config(env_id="Pendulum-v1", loss=loss, hidden_sizes=(8,), batch_size=8)
-    state = perturbed_state(config, synthetic_dataset("Pendulum-v1", 8, obs_dim=3, action_dim=1))
+    config = PENDULUM[loss]
+    state = perturbed_state(config, PENDULUM_DATASET)
     obs = jnp.asarray(np.random.default_rng(0).normal(0.0, 3.0, (1000, 3)), jnp.float32)
     sampled = np.asarray(bc.act(state.params, obs, jax.random.key(0), config))
     greedy = np.asarray(bc.act(state.params, obs, jax.random.key(0), config, deterministic=True))
@@ -235,21 +237,12 @@ def test_train_without_a_dataset_is_a_clear_error():
         bc.train(jax.random.key(0), SMALL.replace(dataset_path="/nonexistent/data.npz"))
 
 
-def test_command_line(tmp_path, capsys):
-    """``python -m jaxrl train bc`` loads ``dataset_path`` itself; a missing file or a
-    flag that does not apply is one line on stderr and exit status 2."""
+def test_command_line_errors(tmp_path, capsys):
+    """A missing dataset file, no dataset, a flag that does not apply or a dataset of
+    another env is one line on stderr and exit status 2 (a successful run is part of
+    the CartPole learning test)."""
     path = tmp_path / "cartpole.npz"
     data.save_dataset(path, DATASET)
-    summary = tmp_path / "summary.json"
-    assert cli.main(["train", "bc", "--env", "CartPole-v1", "--seeds", "2", "--set", f"dataset_path={path}",
-                     "--set", "num_updates=4", "--set", "batch_size=8", "--set", "hidden_sizes=8",
-                     "--set", "num_evals=1", "--set", "eval_episodes=2", "--no-cache", "--no-progress",
-                     "--json", str(summary)]) == 0
-    out = capsys.readouterr().out
-    assert "2 seed(s) x 4 updates" in out and "eval return" in out and "train return" not in out
-    result = json.loads(summary.read_text())
-    assert result["total_updates"] == 4 and len(result["eval_return"]) == 2 and "updates_per_second" in result
-
     for args, message in [
         (["--set", f"dataset_path={tmp_path / 'missing.npz'}"], "missing.npz': no such file"),
         ([], "bc.train needs a dataset"),
@@ -272,48 +265,59 @@ def test_help_lists_the_bc_fields(capsys):
 # ----------------------------------------------------------------------------- learning
 
 
-def clone_expert(expert_config, num_transitions, bc_config):
-    """Train a PPO expert (one seed), record ``num_transitions`` of its deterministic
-    policy from 10 envs, then clone it over 5 vmapped seeds. Returns the expert's
-    evaluation return and BC's final evaluation return per seed."""
+def record_expert(expert_config, num_transitions):
+    """Train a PPO expert (one seed) and record ``num_transitions`` of its deterministic
+    policy from 10 envs. Returns the expert's final evaluation return and the dataset."""
     expert = jax.jit(ppo.train)(jax.random.key(0), expert_config)
-    expert_return = float(expert.metrics["eval_return"][-1])
     act_fn = functools.partial(ppo.act, config=expert_config, deterministic=True)
     dataset = data.collect_dataset(act_fn, expert.state.params, expert_config.env_id, jax.random.key(1),
                                    num_transitions, num_envs=10)
-    keys = jax.random.split(jax.random.key(2), 5)
-    out = jax.jit(jax.vmap(bc.train, in_axes=(0, None, None)))(keys, bc_config, dataset)
-    cloned = np.asarray(out.metrics["eval_return"][:, -1])
-    print(f"{expert_config.env_id}: expert {expert_return:.1f}, BC {np.round(cloned, 1)}")
-    return expert_return, cloned
+    return float(expert.metrics["eval_return"][-1]), dataset
 
 
 @pytest.mark.slow
-def test_clones_a_cartpole_expert():
+def test_clones_a_cartpole_expert_from_the_command_line(tmp_path, capsys):
     """CartPole-v1: a PPO expert (default config, 500k steps); 10k transitions of its
-    deterministic policy; BC (cross-entropy, 1000 updates of batch 256): final
-    deterministic evaluation return (mean of 20 episodes) >= 90% of the expert's in at
-    least 4 of 5 seeds.
+    deterministic policy, saved to a file; ``python -m jaxrl train bc`` on that file
+    over 5 seeds (cross-entropy, 1000 updates of batch 256): final deterministic
+    evaluation return (mean of 20 episodes) >= 90% of the expert's in at least 4 of 5
+    seeds.
 
     The data comes from the expert's deterministic policy, the policy whose return is
     the bar, so the labels are exactly the actions being imitated (no sampling noise
     to fit)."""
-    expert_config = ppo.Config(env_id="CartPole-v1", num_evals=1, eval_episodes=20, num_reports=0)
-    config = bc.Config(env_id="CartPole-v1", num_updates=1000, num_evals=1, eval_episodes=20, num_reports=0)
-    expert_return, cloned = clone_expert(expert_config, 10_000, config)
+    expert_return, dataset = record_expert(
+        ppo.Config(env_id="CartPole-v1", num_evals=1, eval_episodes=20, num_reports=0), 10_000)
     assert expert_return >= 400, expert_return  # a bar worth clearing
+    path, summary = tmp_path / "cartpole.npz", tmp_path / "summary.json"
+    data.save_dataset(path, dataset)
+    assert cli.main(["train", "bc", "--env", "CartPole-v1", "--seeds", "5", "--set", f"dataset_path={path}",
+                     "--set", "num_updates=1000", "--set", "num_evals=1", "--set", "eval_episodes=20",
+                     "--no-cache", "--no-progress", "--json", str(summary)]) == 0
+    out = capsys.readouterr().out
+    assert "5 seed(s) x 1,000 updates" in out and "eval return" in out and "train return" not in out
+    result = json.loads(summary.read_text())
+    assert result["total_updates"] == 1000 and "updates_per_second" in result
+    cloned = np.array(result["eval_return"])
+    with capsys.disabled():  # shown with -s, like the Pendulum test's
+        print(f"CartPole-v1: expert {expert_return:.1f}, BC {np.round(cloned, 1)}")
     assert (cloned >= 0.9 * expert_return).sum() >= 4, (expert_return, cloned)
 
 
 @pytest.mark.slow
 def test_clones_a_pendulum_expert():
     """Pendulum-v1: a PPO expert (the Pendulum preset, 300k steps); 10k transitions (50
-    episodes) of its deterministic policy; BC (``loss="mse"``, 1000 updates of batch
-    256): final deterministic evaluation return (mean of 20 episodes) within 100 of the
-    expert's in at least 4 of 5 seeds (random play scores about -1200)."""
-    expert_config = ppo.preset("Pendulum-v1", num_evals=1, eval_episodes=20, num_reports=0)
+    episodes) of its deterministic policy; BC over 5 vmapped seeds (``loss="mse"``,
+    1000 updates of batch 256): final deterministic evaluation return (mean of 20
+    episodes) within 100 of the expert's in at least 4 of 5 seeds (random play scores
+    about -1200)."""
+    expert_return, dataset = record_expert(
+        ppo.preset("Pendulum-v1", num_evals=1, eval_episodes=20, num_reports=0), 10_000)
+    assert expert_return >= -300, expert_return
     config = bc.Config(env_id="Pendulum-v1", loss="mse", num_updates=1000, num_evals=1, eval_episodes=20,
                        num_reports=0)
-    expert_return, cloned = clone_expert(expert_config, 10_000, config)
-    assert expert_return >= -300, expert_return
+    keys = jax.random.split(jax.random.key(2), 5)
+    out = jax.jit(jax.vmap(bc.train, in_axes=(0, None, None)))(keys, config, dataset)
+    cloned = np.asarray(out.metrics["eval_return"][:, -1])
+    print(f"Pendulum-v1: expert {expert_return:.1f}, BC {np.round(cloned, 1)}")
     assert (cloned >= expert_return - 100).sum() >= 4, (expert_return, cloned)
