@@ -108,6 +108,9 @@ def make_config(module, args):
             raise UsageError(f"unknown config field {name!r} for {args.algorithm}; fields: {', '.join(choices)}")
         overrides[name] = _parse_value(text, fields[name].default, name)
     if args.total_timesteps is not None:
+        if "total_timesteps" not in fields:
+            raise UsageError(f"--total-timesteps does not apply to {args.algorithm} (it takes no env steps); "
+                             f"set num_updates with --set num_updates=N")
         overrides["total_timesteps"] = args.total_timesteps
     env_kwargs = {}
     for name, text in args.env_param:
@@ -137,6 +140,14 @@ def _last_finite(values):
     return float(finite[-1]) if finite.size else math.nan
 
 
+def _budget(config) -> tuple[int, str, str]:
+    """``(total, counter, unit)`` of a run: env steps for algorithms that interact with
+    the env, gradient updates for those that learn from a fixed dataset (BC)."""
+    if hasattr(config, "total_timesteps"):
+        return config.total_timesteps, "timesteps", "env step"
+    return config.num_updates, "updates", "update"
+
+
 def train_command(args) -> int:
     import jax
     import numpy as np
@@ -152,35 +163,43 @@ def train_command(args) -> int:
 
     keys = jax.random.split(jax.random.key(args.seed), args.seeds)
     train = jax.jit(jax.vmap(module.train, in_axes=(0, None)))
-    print(f"{args.algorithm} on {config.env_id}: {args.seeds} seed(s) x {config.total_timesteps:,} steps", flush=True)
+    total, counter, unit = _budget(config)
+    print(f"{args.algorithm} on {config.env_id}: {args.seeds} seed(s) x {total:,} {unit}s", flush=True)
     start = time.perf_counter()
-    compiled = train.lower(keys, config).compile()
+    try:
+        lowered = train.lower(keys, config)
+    except (ValueError, OSError) as error:
+        # Raised while building the program: a config or input (e.g. a dataset file)
+        # that init rejected, not a crash.
+        raise UsageError(str(error)) from None
+    compiled = lowered.compile()
     compile_time = time.perf_counter() - start
     print(f"compiled in {compile_time:.1f} s", flush=True)
 
     start = time.perf_counter()
-    with jaxrl_logging.progress_bar(config.total_timesteps, disable=args.no_progress):
+    with jaxrl_logging.progress_bar(total, disable=args.no_progress, counter=counter, unit=unit):
         output = jax.block_until_ready(compiled(keys, config))
     run_time = time.perf_counter() - start
 
     metrics = jax.tree.map(np.asarray, output.metrics)
-    eval_returns = [_last_finite(metrics["eval_return"][seed]) for seed in range(args.seeds)]
-    train_returns = [_last_finite(metrics["episode_return"][seed]) for seed in range(args.seeds)]
-    steps_per_second = args.seeds * config.total_timesteps / run_time
+    columns = {"eval return": [_last_finite(metrics["eval_return"][seed]) for seed in range(args.seeds)]}
+    if "episode_return" in metrics:  # learning from a dataset plays no training episodes
+        columns["train return"] = [_last_finite(metrics["episode_return"][seed]) for seed in range(args.seeds)]
+    steps_per_second = args.seeds * total / run_time
     print()
-    print(f"{'seed':>6}  {'eval return':>12}  {'train return':>12}")
+    print(f"{'seed':>6}" + "".join(f"  {name:>12}" for name in columns))
     for seed in range(args.seeds):
-        print(f"{seed:>6}  {eval_returns[seed]:>12.1f}  {train_returns[seed]:>12.1f}")
-    print(f"{'mean':>6}  {np.nanmean(eval_returns):>12.1f}  {np.nanmean(train_returns):>12.1f}")
+        print(f"{seed:>6}" + "".join(f"  {values[seed]:>12.1f}" for values in columns.values()))
+    print(f"{'mean':>6}" + "".join(f"  {np.nanmean(values):>12.1f}" for values in columns.values()))
     print()
     print(f"wall time {compile_time + run_time:.1f} s (compile {compile_time:.1f} s, run {run_time:.1f} s), "
-          f"{steps_per_second:,.0f} env steps/s")
+          f"{steps_per_second:,.0f} {unit}s/s")
     if args.json:
         summary = {
-            "algorithm": args.algorithm, "env_id": config.env_id, "seeds": args.seeds,
-            "total_timesteps": config.total_timesteps, "eval_return": eval_returns,
-            "train_return": train_returns, "compile_seconds": compile_time, "run_seconds": run_time,
-            "steps_per_second": steps_per_second,
+            "algorithm": args.algorithm, "env_id": config.env_id, "seeds": args.seeds, f"total_{counter}": total,
+            **{name.replace(" ", "_"): values for name, values in columns.items()},
+            "compile_seconds": compile_time, "run_seconds": run_time,
+            "steps_per_second" if counter == "timesteps" else f"{counter}_per_second": steps_per_second,
         }
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=2)

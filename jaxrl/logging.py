@@ -43,21 +43,25 @@ def sink(fn: Callable[[dict], None]):
 
 
 @contextlib.contextmanager
-def progress_bar(total_timesteps: int, description: str = "training", disable: bool = False):
+def progress_bar(total_timesteps: int, description: str = "training", disable: bool = False,
+                 counter: str = "timesteps", unit: str = "step"):
     """Show a tqdm bar (terminal or notebook) of env steps, steps/s and latest return.
+
+    ``counter`` names the reported metric the bar counts to ``total_timesteps`` in
+    ``unit``s: ``"updates"`` / ``"update"`` for algorithms that learn from a dataset.
 
     Reports from vmapped seeds are merged: the bar shows the furthest step count and
     the mean of the latest returns across the seeds that reported one.
     """
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=int(total_timesteps), desc=description, unit="step", unit_scale=True,
+    bar = tqdm(total=int(total_timesteps), desc=description, unit=unit, unit_scale=True,
                dynamic_ncols=True, disable=disable, mininterval=0.5)
     latest_returns: list[float] = []
     state = {"step": 0}
 
     def update(values: dict) -> None:
-        step = int(np.max(values.get("timesteps", 0)))
+        step = int(np.max(values.get(counter, 0)))
         episode_return = np.asarray(values.get("episode_return", np.nan), dtype=np.float64).ravel()
         if step > state["step"]:
             state["step"] = step

@@ -10,7 +10,9 @@ import jax.numpy as jnp
 
 from jaxrl import logging as jaxrl_logging
 
-REPORTED = ("timesteps", "episode_return", "eval_return")
+# Reported where a step's metrics have them: env steps for RL, gradient ``updates`` for
+# learning from a fixed dataset (behaviour cloning).
+REPORTED = ("timesteps", "updates", "episode_return", "eval_return")
 
 
 def is_checkpoint(iteration: jax.Array, num_iterations: int, count: int) -> jax.Array:
@@ -52,7 +54,7 @@ def iterate(step: Callable, evaluate: Callable, state, run_key: jax.Array, start
         if num_reports:
             jax.lax.cond(
                 is_checkpoint(index, num_iterations, num_reports),
-                lambda: jaxrl_logging.report({k: metrics[k] for k in REPORTED}),
+                lambda: jaxrl_logging.report({k: metrics[k] for k in REPORTED if k in metrics}),
                 lambda: None,
             )
         return state, metrics

@@ -7,7 +7,7 @@ import difflib
 import importlib
 from types import ModuleType
 
-ALGORITHMS = ("ppo", "a2c", "reinforce", "impala", "dqn", "ddpg", "td3", "sac")
+ALGORITHMS = ("ppo", "a2c", "reinforce", "impala", "dqn", "ddpg", "td3", "sac", "bc")
 
 
 def get(name: str) -> ModuleType:

@@ -1,0 +1,238 @@
+"""Behaviour cloning: supervised learning of a policy from a dataset of transitions.
+
+Discrete actions: a categorical policy trained by cross-entropy on the recorded
+actions. Continuous actions, by ``loss``: ``"mse"`` regresses a deterministic policy
+(tanh output mapped onto the action bounds) onto the actions; ``"gaussian"`` maximises
+the likelihood of a diagonal Gaussian with state-dependent scale and acts with its
+mean when deterministic. Each iteration is one Adam step on a minibatch drawn
+uniformly with replacement from the dataset. Observations are optionally normalised
+by the dataset's mean and standard deviation, kept in ``params``.
+
+The dataset is data, not config: pass it to ``init`` / ``train`` (or name a file
+written by :func:`jaxrl.data.save_dataset` in ``config.dataset_path``)::
+
+    dataset = data.load_dataset("cartpole.npz", env_id="CartPole-v1")
+    config = bc.Config(env_id="CartPole-v1")
+    out = jax.jit(bc.train)(jax.random.key(0), config, dataset)
+    out.metrics["eval_return"]   # [num_updates], NaN where no evaluation ran
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from jaxrl import data, envs, evaluation, loop
+from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
+from jaxrl.distributions import Categorical, Normal
+from jaxrl.networks import Actor
+from jaxrl.types import TrainOutput
+
+
+@struct.dataclass
+class Config:
+    """BC settings. Static fields fix the program; ``learning_rate`` can be traced and vmapped."""
+
+    # --- static: environment and program structure
+    env_id: str = static("CartPole-v1")
+    env_kwargs: Any = static(())             # EnvParams overrides for evaluation
+    dataset_path: str = static("")           # .npz file train() loads when given no dataset
+    num_updates: int = static(5_000)         # gradient steps (one per iteration)
+    batch_size: int = static(256)
+    loss: str = static("mse")                # continuous actions: "mse" or "gaussian"; discrete: cross-entropy
+    network: str = static("mlp")             # "mlp" or "cnn" (MinAtar)
+    hidden_sizes: tuple = static((64, 64))
+    activation: str = static("relu")
+    normalize_observations: bool = static(True)  # by the dataset's statistics, kept in params
+    num_evals: int = static(10)              # deterministic evaluations over the run
+    eval_episodes: int = static(10)
+    num_reports: int = static(50)            # progress reports to host sinks over the run
+    # --- traced hyper-parameters
+    learning_rate: float = 1e-3
+
+    def __post_init__(self):
+        object.__setattr__(self, "env_kwargs", freeze_mapping(self.env_kwargs, "env_kwargs"))
+        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+        for field in ("num_updates", "batch_size", "eval_episodes"):
+            require_int(self, field, 1)
+        for field in ("num_evals", "num_reports"):
+            require_int(self, field, 0)
+        require_choice(self, "loss", ("mse", "gaussian"))
+        if not isinstance(self.dataset_path, str):
+            raise TypeError(f"dataset_path must be a string, got {self.dataset_path!r}")
+        spec = env_spec(self)
+        require_network(self, spec.obs_shape)
+        if not spec.discrete and len(spec.action_shape) != 1:
+            raise ValueError(f"BC needs flat continuous actions, {self.env_id} has action shape {spec.action_shape}")
+
+
+@struct.dataclass
+class State:
+    params: dict            # {"network": flax params, "obs_stats": RunningStats of the dataset}
+    opt_state: Any
+    dataset: data.Dataset   # the [S, ...] transitions minibatches are drawn from
+    updates: jax.Array      # int32 gradient steps taken so far
+
+
+# ----------------------------------------------------------------------------- set-up
+
+
+def env_spec(config: Config) -> envs.EnvSpec:
+    return envs.config_spec(config)
+
+
+def make_network(config: Config) -> Actor:
+    """Logits (discrete), a tanh action in [-1, 1] (``"mse"``) or ``(loc, log_std)``
+    (``"gaussian"``), each ``[..., action_dim]``."""
+    spec = env_spec(config)
+    if spec.discrete:
+        action_dim, kind = spec.num_actions, "categorical"
+    else:
+        action_dim, kind = spec.action_shape[0], "deterministic" if config.loss == "mse" else "gaussian"
+    return Actor(action_dim=action_dim, kind=kind, network=config.network, hidden_sizes=config.hidden_sizes,
+                 activation=config.activation, obs_ndim=len(spec.obs_shape))
+
+
+def make_optimizer(config: Config) -> optax.GradientTransformation:
+    # A schedule, not a number: inject_hyperparams keeps numbers in the optimiser state
+    # from init, whereas a schedule is re-read at each update, so ``update`` always
+    # steps at the learning rate of the config it is given.
+    return optax.inject_hyperparams(optax.adam)(learning_rate=lambda count: config.learning_rate)
+
+
+def check_dataset(config: Config, dataset: data.Dataset) -> None:
+    """Raise ValueError unless ``dataset`` fits the config's env and ``batch_size``."""
+    data.check_env_dataset(dataset, config.env_id, config.env_kwargs)
+    if config.batch_size > dataset.size:
+        raise ValueError(f"batch_size ({config.batch_size}) must be at most the dataset's {dataset.size} transitions")
+
+
+def init(key: jax.Array, config: Config, dataset: data.Dataset) -> State:
+    """Network, optimiser and observation statistics of ``dataset`` (leaves ``[S, ...]``)."""
+    require_range(config, "learning_rate", 0.0, float("inf"), low_open=True)
+    check_dataset(config, dataset)
+    spec = env_spec(config)
+    params = {
+        "network": make_network(config).init(key, jnp.zeros((1,) + spec.obs_shape, jnp.float32)),
+        "obs_stats": envs.running_stats_update(envs.running_stats_init(spec.obs_shape), dataset.obs),
+    }
+    return State(params=params, opt_state=make_optimizer(config).init(params["network"]),
+                 dataset=dataset, updates=jnp.zeros((), jnp.int32))
+
+
+# ----------------------------------------------------------------------------- acting
+
+
+def _network_output(params: dict, obs: jax.Array, config: Config):
+    if config.normalize_observations:
+        obs = envs.normalize(params["obs_stats"], obs)
+    return make_network(config).apply(params["network"], obs)
+
+
+def _gaussian(output) -> Normal:
+    loc, log_std = output
+    return Normal(loc, jnp.exp(log_std))
+
+
+def act(params: dict, obs: jax.Array, key: jax.Array, config: Config, deterministic: bool = False) -> jax.Array:
+    """Actions ``[B, ...]`` for raw observations ``[B, *obs_shape]``.
+
+    Samples from the policy, or takes its mode if ``deterministic`` (the ``"mse"``
+    policy is deterministic either way); continuous actions are clipped to the bounds.
+    """
+    output = _network_output(params, obs, config)
+    spec = env_spec(config)
+    if spec.discrete:
+        distribution = Categorical(output)
+        return distribution.mode() if deterministic else distribution.sample(key)
+    if config.loss == "mse":
+        action = spec.from_unit(output)
+    else:
+        distribution = _gaussian(output)
+        action = distribution.mode() if deterministic else distribution.sample(key)
+    return jnp.clip(action, spec.action_low, spec.action_high)
+
+
+# ----------------------------------------------------------------------------- learning
+
+
+def loss_fn(network_params, obs_stats, batch: data.Dataset, config: Config):
+    """BC loss on a batch (``obs [B, *obs_shape]``, ``action [B, ...]``); returns
+    ``(loss, metrics)``.
+
+    Discrete: mean cross-entropy ``-log pi(a|s)``, with the batch ``accuracy`` of the
+    policy's mode. ``"mse"``: mean over batch and action dims of ``(pi(s) - a)^2``.
+    ``"gaussian"``: mean negative log-likelihood ``-log N(a; mu(s), sigma(s))``,
+    summed over action dims.
+    """
+    output = _network_output({"network": network_params, "obs_stats": obs_stats}, batch.obs, config)
+    spec = env_spec(config)
+    if spec.discrete:
+        distribution = Categorical(output)
+        loss = -jnp.mean(distribution.log_prob(batch.action))
+        return loss, {"loss": loss, "accuracy": jnp.mean(distribution.mode() == batch.action)}
+    if config.loss == "mse":
+        loss = jnp.mean(jnp.square(spec.from_unit(output) - batch.action))
+    else:
+        loss = -jnp.mean(_gaussian(output).log_prob(batch.action))
+    return loss, {"loss": loss}
+
+
+def update(state: State, batch: data.Dataset, key: jax.Array, config: Config):
+    """One Adam step on ``batch`` (a :class:`jaxrl.data.Dataset` of ``[B, ...]``
+    leaves; only ``obs`` and ``action`` are read). ``key`` is unused: the loss is
+    deterministic. Returns ``(state, metrics)``."""
+    del key
+    grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params["network"], state.params["obs_stats"], batch, config)
+    updates, opt_state = make_optimizer(config).update(grads, state.opt_state, state.params["network"])
+    network_params = optax.apply_updates(state.params["network"], updates)
+    state = state.replace(params={**state.params, "network": network_params}, opt_state=opt_state,
+                          updates=state.updates + 1)
+    return state, metrics
+
+
+def step(state: State, key: jax.Array, config: Config):
+    """One iteration: draw ``batch_size`` transitions uniformly with replacement from
+    ``state.dataset``, then :func:`update`. Metrics add ``updates``, the step count."""
+    sample_key, update_key = jax.random.split(key)
+    state, metrics = update(state, data.sample(state.dataset, sample_key, config.batch_size), update_key, config)
+    return state, {**metrics, "updates": state.updates}
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def evaluate(params: dict, key: jax.Array, config: Config) -> evaluation.EvalResult:
+    """Deterministic returns of ``eval_episodes`` episodes on the config's env."""
+    return evaluation.evaluate_config(act, params, key, config)
+
+
+def train(key: jax.Array, config: Config, dataset: data.Dataset | None = None) -> TrainOutput:
+    """``init`` then ``num_updates`` of :func:`step` in one ``lax.scan``.
+
+    ``dataset`` (leaves ``[S, ...]``) wins over ``config.dataset_path``; with neither,
+    a ValueError. A file loaded from ``dataset_path`` is read while tracing and becomes
+    a constant of the compiled program (fine for small datasets; pass large ones as an
+    argument). Metrics leaves are ``[num_updates]``: those of :func:`step`, plus
+    ``eval_return`` / ``eval_length`` (NaN except at the ``num_evals`` evaluation points).
+    """
+    if dataset is None:
+        if not config.dataset_path:
+            raise ValueError("bc.train needs a dataset: pass one, or set dataset_path to a file "
+                             "written by jaxrl.data.save_dataset")
+        try:
+            dataset = data.load_dataset(config.dataset_path, config.env_id, config.env_kwargs)
+        except FileNotFoundError as error:
+            raise FileNotFoundError(f"dataset_path {config.dataset_path!r}: no such file") from error
+    init_key, run_key = jax.random.split(key)
+    state, metrics = loop.iterate(
+        lambda state, key, index: step(state, key, config), functools.partial(evaluate, config=config),
+        init(init_key, config, dataset), run_key, 0, config.num_updates,
+        config.num_updates, config.num_evals, config.num_reports,
+    )
+    return TrainOutput(state, metrics)
