@@ -31,8 +31,10 @@ def _parse_value(text: str, default, field: str):
             return int(float(text)) if float(text).is_integer() else int(text)
         if isinstance(default, float):
             return float(text)
-        if default is None:  # an optional number, e.g. SAC's target_entropy
-            return None if text.strip().lower() in ("none", "auto") else float(text)
+        if default is None:  # optional: SAC's target_entropy, REINFORCE's num_steps
+            if text.strip().lower() in ("none", "auto"):
+                return None
+            return int(text) if text.strip().lstrip("+-").isdigit() else float(text)
         if isinstance(default, tuple):
             return tuple(int(part) for part in text.replace(" ", "").split(",") if part)
         return text

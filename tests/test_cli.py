@@ -14,17 +14,22 @@ def run(*args, timeout=600):
                           timeout=timeout, env=env)
 
 
-def test_help_lists_every_config_field_with_its_default():
-    from jaxrl.algorithms import ppo
+@pytest.mark.parametrize("name", ["ppo", "reinforce"])
+def test_help_lists_every_config_field_with_its_default(name, capsys):
     import dataclasses
 
-    result = run("train", "ppo", "--help")
-    assert result.returncode == 0
-    for field in dataclasses.fields(ppo.Config):
+    from jaxrl import cli
+    from jaxrl.algorithms import get
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["train", name, "--help"])
+    assert exit_info.value.code == 0
+    stdout = capsys.readouterr().out
+    for field in dataclasses.fields(get(name).Config):
         if field.name in ("env_id", "env_kwargs"):
             continue
-        assert field.name in result.stdout, field.name
-    assert "learning_rate            0.00025" in result.stdout
+        assert field.name in stdout, field.name
+    assert {"ppo": "learning_rate            0.00025", "reinforce": "num_steps                None"}[name] in stdout
 
 
 @pytest.mark.parametrize("args, message", [
@@ -40,13 +45,26 @@ def test_help_lists_every_config_field_with_its_default():
     (("train", "td3", "--env", "CartPole-v1"), "TD3 needs a continuous (Box) action space"),
     (("train", "sac", "--env", "CartPole-v1"), "set discrete=True"),
     (("train", "sac", "--set", "target_entropy=abc"), "cannot parse target_entropy='abc' as a number or 'none'"),
+    (("train", "reinforce", "--set", "num_steps=100"), "num_steps (100) must be at least the env's time limit"),
+    (("train", "impala", "--set", "baseline=false"), "baseline=False needs advantage='monte_carlo'"),
 ])
-def test_bad_input_is_one_line_and_exit_status_2(args, message):
-    result = run(*args)
-    assert result.returncode == 2
-    assert "Traceback" not in result.stderr
+def test_bad_input_is_one_line_and_exit_status_2(args, message, capsys):
+    """In-process (a subprocess per case would pay JAX's start-up each time); the
+    subprocess path is checked once below."""
+    from jaxrl import cli
+
+    assert cli.main(list(args)) == 2
+    stderr = capsys.readouterr().err
+    assert "Traceback" not in stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], stderr
+
+
+def test_python_m_jaxrl_exits_with_status_2_on_bad_input():
+    result = run("train", "ppo", "--env", "CartPol-v1")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert len(lines) == 1 and "Did you mean 'CartPole-v1'" in lines[0], result.stderr
 
 
 def test_tiny_training_run_prints_a_table(tmp_path):
