@@ -33,6 +33,7 @@ class Config(a2c.Config):
     num_envs: int = static(8)
     num_steps: Any = static(None)            # the env's time limit: every first episode ends
     normalize_advantages: bool = static(True)
+    anneal_lr: bool = static(False)
     learning_rate: float = 3e-3
 
 
