@@ -327,12 +327,12 @@ def _final_eval(metrics):
 @pytest.mark.slow
 @pytest.mark.parametrize("module", [ddpg, td3, sac], ids=["ddpg", "td3", "sac"])
 def test_learns_pendulum(module):
-    """Pendulum-v1 with the default config at its default budget: 20k env steps (4 envs,
-    4 updates of batch 256 per iteration, the first 1k steps random), 64x64 networks.
-    Final deterministic evaluation return (mean of 10 episodes) >= -250 in at least 4
-    of 5 seeds."""
-    config = module.Config(env_id="Pendulum-v1", num_reports=0)
-    assert config.total_timesteps == 20_000
+    """Pendulum-v1 with the default config (4 envs, 4 updates of batch 256 per iteration,
+    the first 1k steps random, 64x64 networks) for 14k env steps, not the default 20k, to
+    keep the suite short: final deterministic evaluation return (mean of 10 episodes)
+    >= -250 in at least 4 of 5 seeds. (Nothing in these configs depends on the budget,
+    so the first 14k steps of a default run are exactly this run.)"""
+    config = module.Config(env_id="Pendulum-v1", num_reports=0, total_timesteps=14_000)
     keys = jax.random.split(jax.random.key(42), 5)
     out = jax.jit(jax.vmap(module.train, in_axes=(0, None)))(keys, config)
     final = _final_eval(out.metrics)
