@@ -252,10 +252,11 @@ def test_metrics_warmup_and_determinism(name, trainers, small_runs):
     assert not np.allclose(np.asarray(other.metrics["critic_loss"])[warmup:], loss[warmup:])
 
 
-@pytest.mark.parametrize("name", ["td3", "sac"])
+@pytest.mark.parametrize("name", ["td3"])
 def test_vmap_over_seeds_and_hyperparameters_compiles_once(name, trainers):
     """One program maps over seeds and learning rate / tau / gamma together; each lane
-    equals the separate run with its own key and values."""
+    equals the separate run with its own key and values. (TD3 only: SAC runs through the
+    same ``offpolicy.train`` and config machinery, and its compile costs 30 s of suite.)"""
     module, config, train = MODULES[name], CONFIGS[name], trainers[name]
     values = dict(learning_rate=[1e-4, 1e-3], gamma=[0.9, 0.99], tau=[0.01, 0.5])
     configs = config.replace(**{k: jnp.array(v) for k, v in values.items()})
