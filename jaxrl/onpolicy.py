@@ -1,13 +1,9 @@
 """What the on-policy actor-critic algorithms share (PPO, A2C, REINFORCE, IMPALA).
 
-The training env, the actor-critic network, acting, one rollout with the behaviour
-policy's log-probabilities and values, running observation statistics, the optimiser
-with optional linear annealing, and the ``train`` scan. A config that uses these
-declares the fields ``env_id``, ``env_kwargs``, ``num_envs``, ``num_steps``,
-``total_timesteps``, ``network``, ``hidden_sizes``, ``activation``, ``log_std_init``,
-``normalize_observations``, ``scale_rewards``, ``optimizer``, ``anneal_lr``,
-``learning_rate``, ``max_grad_norm``, ``gamma``, ``num_evals``, ``eval_episodes`` and
-``num_reports``.
+The settings they have in common (:class:`Config`, which each algorithm's Config
+extends), the training env, the actor-critic network, acting, one rollout with the
+behaviour policy's log-probabilities and values, running observation statistics, the
+optimiser with optional linear annealing, and the ``train`` scan.
 """
 
 from __future__ import annotations
@@ -20,12 +16,71 @@ import optax
 from flax import struct
 
 from jaxrl import envs, evaluation, loop, rollout
-from jaxrl.config import require_choice, require_int, require_network
+from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.distributions import Categorical, Normal
 from jaxrl.networks import ActorCritic
 from jaxrl.types import Trajectory, TrainOutput
 
 OPTIMIZERS = ("adam", "rmsprop")
+
+
+@struct.dataclass
+class Config:
+    """What every on-policy actor-critic config holds (defaults: PureJaxRL's CartPole PPO).
+
+    Static fields fix the program; the rest can be traced and vmapped. Algorithms extend
+    it with their own fields and defaults (``ppo.Config``, ``a2c.Config``).
+    """
+
+    # --- static: environment and program structure
+    env_id: str = static("CartPole-v1")
+    env_kwargs: Any = static(())             # EnvParams overrides, e.g. {"max_steps_in_episode": 200}
+    num_envs: int = static(4)
+    num_steps: Any = static(128)             # rollout length per env per iteration
+    total_timesteps: int = static(500_000)
+    network: str = static("mlp")             # "mlp" or "cnn" (MinAtar)
+    hidden_sizes: tuple = static((64, 64))
+    activation: str = static("tanh")
+    optimizer: str = static("adam")          # "adam" or "rmsprop"
+    anneal_lr: bool = static(True)           # linearly to 0 over the run
+    normalize_advantages: bool = static(True)
+    normalize_observations: bool = static(False)  # running stats kept in params
+    scale_rewards: bool = static(False)      # divide rewards by running return std
+    log_std_init: float = static(0.0)        # continuous actions only
+    num_evals: int = static(10)              # deterministic evaluations over the run
+    eval_episodes: int = static(10)
+    num_reports: int = static(50)            # progress reports to host sinks over the run
+    # --- traced hyper-parameters
+    learning_rate: float = 2.5e-4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+
+    def __post_init__(self):
+        object.__setattr__(self, "env_kwargs", freeze_mapping(self.env_kwargs, "env_kwargs"))
+        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+        for field in ("num_envs", "num_steps", "eval_episodes"):
+            require_int(self, field, 1)
+        for field in ("num_evals", "num_reports"):
+            require_int(self, field, 0)
+        require_int(self, "total_timesteps", self.num_envs * self.num_steps)
+        require_choice(self, "optimizer", OPTIMIZERS)
+        require_network(self, envs.config_spec(self).obs_shape)
+
+    @property
+    def num_iterations(self) -> int:
+        return self.total_timesteps // (self.num_envs * self.num_steps)
+
+    def check_traced(self) -> None:
+        """Range checks of the traced fields (skipped while tracing); run by ``init``."""
+        require_range(self, "learning_rate", 0.0, float("inf"), low_open=True)
+        require_range(self, "gamma", 0.0, 1.0)
+        require_range(self, "gae_lambda", 0.0, 1.0)
+        require_range(self, "max_grad_norm", 0.0, float("inf"), low_open=True)
+        for field in ("ent_coef", "vf_coef"):
+            require_range(self, field, 0.0, float("inf"))
 
 
 @struct.dataclass
@@ -36,21 +91,6 @@ class State:
     obs: Any                # [num_envs, *obs_shape] observation to act on next
     timesteps: jax.Array    # int32 env steps taken so far
     lagged_params: Any = ()  # IMPALA's policy lag: the last k params, oldest first, leaves [k, ...]
-
-
-def check_config(config) -> None:
-    """The structural checks every on-policy config shares (ValueError naming the field)."""
-    for field in ("num_envs", "num_steps", "eval_episodes"):
-        require_int(config, field, 1)
-    for field in ("num_evals", "num_reports"):
-        require_int(config, field, 0)
-    require_int(config, "total_timesteps", config.num_envs * config.num_steps)
-    require_choice(config, "optimizer", OPTIMIZERS)
-    require_network(config, envs.config_spec(config).obs_shape)
-
-
-def num_iterations(config) -> int:
-    return config.total_timesteps // (config.num_envs * config.num_steps)
 
 
 def make_env(config):
@@ -78,7 +118,7 @@ def make_network(config) -> ActorCritic:
 def make_optimizer(config, updates_per_iteration: int) -> optax.GradientTransformation:
     """Global-norm clipping then Adam or RMSProp, the learning rate annealed linearly to 0
     over the run's ``num_iterations * updates_per_iteration`` updates if ``anneal_lr``."""
-    num_updates = num_iterations(config) * updates_per_iteration
+    num_updates = config.num_iterations * updates_per_iteration
 
     def learning_rate(count):
         if not config.anneal_lr:
@@ -99,7 +139,8 @@ def current_learning_rate(opt_state) -> jax.Array:
 
 def init(key: jax.Array, config, updates_per_iteration: int, policy_lag: int = 0) -> State:
     """Network, optimiser, ``num_envs`` freshly reset envs and, for a ``policy_lag`` of
-    k > 0, k copies of the initial params to act with."""
+    k > 0, k copies of the initial params to act with. Checks the traced fields."""
+    config.check_traced()
     env, env_params = make_env(config)
     spec = envs.config_spec(config)
     network_key, env_key = jax.random.split(key)
@@ -198,7 +239,7 @@ def train(init: Callable, step: Callable, key: jax.Array, config) -> TrainOutput
     ``eval_length``, NaN elsewhere) and progress reports. Metric leaves are
     ``[num_iterations]``."""
     init_key, run_key = jax.random.split(key)
-    iterations = num_iterations(config)
+    iterations = config.num_iterations
     state, metrics = loop.iterate(
         lambda state, key, index: step(state, key, config), lambda params, key: evaluate(params, key, config),
         init(init_key, config), run_key, 0, iterations, iterations, config.num_evals, config.num_reports,

@@ -50,53 +50,36 @@ ADVANTAGES = ("gae", "monte_carlo", "vtrace")
 
 
 @struct.dataclass
-class Config:
-    """A2C settings. Static fields fix the program; the rest can be traced and vmapped."""
+class Config(onpolicy.Config):
+    """A2C settings: :class:`jaxrl.onpolicy.Config`'s, with A2C's defaults, plus the
+    estimator, the policy lag and V-trace's truncation. Static fields fix the program;
+    the rest can be traced and vmapped."""
 
     ALGORITHM = "A2C"  # named in error messages (not a field)
 
-    # --- static: environment and program structure
-    env_id: str = static("CartPole-v1")
-    env_kwargs: Any = static(())             # EnvParams overrides, e.g. {"max_steps_in_episode": 200}
     num_envs: int = static(16)
     num_steps: Any = static(8)               # rollout length; None: the env's time limit (monte_carlo)
     total_timesteps: int = static(200_000)
+    normalize_advantages: bool = static(False)
+    learning_rate: float = 1e-3
+    gae_lambda: float = 0.95                 # also V-trace's lambda; 1: n-step returns to the rollout end
     advantage: str = static("gae")           # "gae", "monte_carlo" or "vtrace"
     baseline: bool = static(True)            # monte_carlo: subtract the critic's value
     policy_lag: int = static(0)              # actors act with the params of this many updates ago
-    network: str = static("mlp")             # "mlp" or "cnn" (MinAtar)
-    hidden_sizes: tuple = static((64, 64))
-    activation: str = static("tanh")
-    optimizer: str = static("adam")          # "adam" or "rmsprop"
-    anneal_lr: bool = static(True)           # linearly to 0 over the run
-    normalize_advantages: bool = static(False)
-    normalize_observations: bool = static(False)  # running stats kept in params
-    scale_rewards: bool = static(False)      # divide rewards by running return std
-    log_std_init: float = static(0.0)        # continuous actions only
-    num_evals: int = static(10)              # deterministic evaluations over the run
-    eval_episodes: int = static(10)
-    num_reports: int = static(50)            # progress reports to host sinks over the run
-    # --- traced hyper-parameters
-    learning_rate: float = 1e-3
-    gamma: float = 0.99
-    gae_lambda: float = 0.95                 # also V-trace's lambda; 1: n-step returns to the rollout end
-    ent_coef: float = 0.01
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
-    rho_bar: float = 1.0                     # vtrace: truncation of the importance weights
-    c_bar: float = 1.0                       # vtrace: truncation of the trace coefficients
+    rho_bar: float = 1.0                     # vtrace: truncation of the importance weights (traced)
+    c_bar: float = 1.0                       # vtrace: truncation of the trace coefficients (traced)
 
     def __post_init__(self):
-        object.__setattr__(self, "env_kwargs", freeze_mapping(self.env_kwargs, "env_kwargs"))
-        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
         require_choice(self, "advantage", ADVANTAGES)
+        # num_steps=None resolves from the env before the shared checks run.
+        object.__setattr__(self, "env_kwargs", freeze_mapping(self.env_kwargs, "env_kwargs"))
         spec = envs.config_spec(self)
         if self.num_steps is None:
             if self.advantage != "monte_carlo" or spec.max_episode_steps is None:
                 raise ValueError("num_steps=None (the env's time limit) needs advantage='monte_carlo' "
                                  "and an env with a time limit")
             object.__setattr__(self, "num_steps", spec.max_episode_steps)
-        onpolicy.check_config(self)
+        super().__post_init__()
         require_int(self, "policy_lag", 0)
         if not self.baseline and self.advantage != "monte_carlo":
             raise ValueError(f"baseline=False needs advantage='monte_carlo': {self.advantage!r} uses the critic")
@@ -106,25 +89,14 @@ class Config:
                 f"the env's time limit ({spec.max_episode_steps}); pass num_steps=None for exactly that"
             )
 
-    @property
-    def num_iterations(self) -> int:
-        return onpolicy.num_iterations(self)
-
-
-def _check_traced(config: Config) -> None:
-    require_range(config, "learning_rate", 0.0, float("inf"), low_open=True)
-    require_range(config, "gamma", 0.0, 1.0)
-    require_range(config, "gae_lambda", 0.0, 1.0)
-    require_range(config, "max_grad_norm", 0.0, float("inf"), low_open=True)
-    for field in ("ent_coef", "vf_coef"):
-        require_range(config, field, 0.0, float("inf"))
-    for field in ("rho_bar", "c_bar"):  # jnp.inf switches truncation off
-        require_range(config, field, 0.0, float("inf"), low_open=True)
+    def check_traced(self) -> None:
+        super().check_traced()
+        for field in ("rho_bar", "c_bar"):  # jnp.inf switches truncation off
+            require_range(self, field, 0.0, float("inf"), low_open=True)
 
 
 def init(key: jax.Array, config: Config) -> State:
     """Network, optimiser, ``num_envs`` reset envs and the ``policy_lag`` old params."""
-    _check_traced(config)
     return onpolicy.init(key, config, updates_per_iteration=1, policy_lag=config.policy_lag)
 
 

@@ -13,15 +13,13 @@ continuous (diagonal Gaussian) actions. One iteration collects ``num_steps`` ste
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 import optax
 from flax import struct
 
 from jaxrl import onpolicy, returns, rollout
-from jaxrl.config import freeze_mapping, require_int, require_range, static
+from jaxrl.config import require_int, require_range, static
 from jaxrl.onpolicy import State, act, evaluate, make_env, make_network, policy_and_value
 from jaxrl.types import Trajectory, TrainOutput
 
@@ -32,47 +30,20 @@ __all__ = [  # the contract; act, evaluate, State ... are jaxrl.onpolicy's
 
 
 @struct.dataclass
-class Config:
-    """PPO settings. Static fields fix the program; the rest can be traced and vmapped.
-
-    The defaults are PureJaxRL's CartPole configuration; ``preset(env_id)`` gives
-    tuned settings for other tasks (e.g. Pendulum-v1).
+class Config(onpolicy.Config):
+    """PPO settings: :class:`jaxrl.onpolicy.Config`'s, whose defaults are PureJaxRL's
+    CartPole configuration, plus the minibatch epochs and clipping. Static fields fix the
+    program; the rest can be traced and vmapped. ``preset(env_id)`` gives tuned settings
+    for other tasks (e.g. Pendulum-v1).
     """
 
-    # --- static: environment and program structure
-    env_id: str = static("CartPole-v1")
-    env_kwargs: Any = static(())             # EnvParams overrides, e.g. {"max_steps_in_episode": 200}
-    num_envs: int = static(4)
-    num_steps: int = static(128)             # rollout length per env per iteration
-    total_timesteps: int = static(500_000)
     num_epochs: int = static(4)
     num_minibatches: int = static(4)
-    network: str = static("mlp")             # "mlp" or "cnn" (MinAtar)
-    hidden_sizes: tuple = static((64, 64))
-    activation: str = static("tanh")
-    optimizer: str = static("adam")          # "adam" or "rmsprop"
-    anneal_lr: bool = static(True)           # linearly to 0 over the run
-    normalize_advantages: bool = static(True)
     clip_value_loss: bool = static(True)
-    normalize_observations: bool = static(False)  # running stats kept in params
-    scale_rewards: bool = static(False)      # divide rewards by running return std
-    log_std_init: float = static(0.0)        # continuous actions only
-    num_evals: int = static(10)              # deterministic evaluations over the run
-    eval_episodes: int = static(10)
-    num_reports: int = static(50)            # progress reports to host sinks over the run
-    # --- traced hyper-parameters
-    learning_rate: float = 2.5e-4
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip_eps: float = 0.2
-    ent_coef: float = 0.01
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
+    clip_eps: float = 0.2                    # traced
 
     def __post_init__(self):
-        object.__setattr__(self, "env_kwargs", freeze_mapping(self.env_kwargs, "env_kwargs"))
-        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
-        onpolicy.check_config(self)
+        super().__post_init__()
         for field in ("num_epochs", "num_minibatches"):
             require_int(self, field, 1)
         if (self.num_envs * self.num_steps) % self.num_minibatches:
@@ -81,9 +52,9 @@ class Config:
                 f"num_envs * num_steps = {self.num_envs * self.num_steps}"
             )
 
-    @property
-    def num_iterations(self) -> int:
-        return onpolicy.num_iterations(self)
+    def check_traced(self) -> None:
+        super().check_traced()
+        require_range(self, "clip_eps", 0.0, float("inf"), low_open=True)
 
 
 PRESETS = {
@@ -101,19 +72,8 @@ def preset(env_id: str, **overrides) -> Config:
     return Config(env_id=env_id, **{**PRESETS.get(env_id, {}), **overrides})
 
 
-def _check_traced(config: Config) -> None:
-    require_range(config, "learning_rate", 0.0, float("inf"), low_open=True)
-    require_range(config, "gamma", 0.0, 1.0)
-    require_range(config, "gae_lambda", 0.0, 1.0)
-    require_range(config, "clip_eps", 0.0, float("inf"), low_open=True)
-    require_range(config, "max_grad_norm", 0.0, float("inf"), low_open=True)
-    for field in ("ent_coef", "vf_coef"):
-        require_range(config, field, 0.0, float("inf"))
-
-
 def init(key: jax.Array, config: Config) -> State:
     """Network, optimiser and ``num_envs`` freshly reset envs."""
-    _check_traced(config)
     return onpolicy.init(key, config, updates_per_iteration=config.num_epochs * config.num_minibatches)
 
 
