@@ -7,6 +7,7 @@ child-side timing helpers and the parent-side table helpers the scripts share.""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -14,6 +15,7 @@ import platform
 import subprocess
 import sys
 import time
+import traceback
 
 RESULT_TAG = "@@JAXRL_BENCH_RESULT@@"
 PHASE_TAG = "@@JAXRL_BENCH_PHASE@@ "
@@ -79,8 +81,74 @@ def run_child(cmd: list[str], timeout: float, stall_timeout: float, verbose: boo
     return {"error": f"exited {proc.returncode} without a result during {last_phase}: {tail}"[:500]}
 
 
+# ============================================================================ options
+
+
+def add_common_arguments(parser, one, runs=True, quick=True, timeout=3600, stall_timeout=180):
+    """The options the benchmark scripts share: --runs (timed runs of the compiled
+    function; default 2, with ``quick`` 1 under --quick: see ``parse_arguments``) and
+    --seed, unless ``runs`` is false; --timeout, --stall-timeout, --markdown, --verbose;
+    and the hidden --one (metavars ``one``) that makes the script a child measuring one case."""
+    if runs:
+        parser.add_argument("--runs", type=int, default=None,
+                            help="timed runs of the compiled function per measurement; the fastest is "
+                                 f"reported (default: 2{', --quick: 1' if quick else ''})")
+        parser.add_argument("--seed", type=int, default=0, help="base PRNG seed (default: %(default)s)")
+    parser.add_argument("--timeout", type=float, default=timeout, help="seconds per measurement (default: %(default)s)")
+    parser.add_argument("--stall-timeout", type=float, default=stall_timeout,
+                        help="kill a measurement whose process uses no CPU for this many seconds, "
+                             "i.e. is hung (Linux only; default: %(default)s)")
+    parser.add_argument("--markdown", metavar="MD", help="also write the table(s) (and raw results) as Markdown")
+    parser.add_argument("--verbose", action="store_true", help="show a failed measurement's traceback")
+    parser.add_argument("--one", nargs=len(one), metavar=one, help=argparse.SUPPRESS)
+
+
+def add_peer_arguments(parser, peer):
+    """--no-peers and --peer-with-jaxrl-settings, for the peer library ``peer``."""
+    parser.add_argument("--no-peers", action="store_true", help=f"measure jaxrl only, even if {peer} is installed")
+    parser.add_argument("--peer-with-jaxrl-settings", action="store_true",
+                        help=f"run {peer} under the XLA settings jaxrl applies on import (jaxrl/_xla.py) "
+                             "instead of JAX's defaults")
+
+
+def parse_arguments(parser, argv):
+    """``parser.parse_args(argv)``, then --runs' default (1 with --quick, else 2) and check."""
+    args = parser.parse_args(argv)
+    if args.runs is None:
+        args.runs = 1 if getattr(args, "quick", False) else 2
+    if args.runs < 1:
+        parser.error("--runs must be >= 1")
+    return args
+
+
 # ============================================================================ child side
-# Shared by dqn_throughput.py and offpolicy_throughput.py.
+
+
+def measure_and_emit(result, measure, jaxrl_settings, packages=()):
+    """Child side: set up JAX (under jaxrl's XLA settings, jaxrl/_xla.py, if
+    ``jaxrl_settings``), record the machine (and the versions of ``packages``) and the load
+    average, add what ``measure(jax)`` returns to ``result`` and emit it. An exception is
+    reported as ``result["error"]`` (traceback on stderr), not raised."""
+    try:
+        if jaxrl_settings:
+            from jaxrl._xla import configure
+
+            configure()  # before JAX starts its backend
+        jax = setup_jax()
+        import importlib.metadata as md
+
+        result["machine"] = dict(
+            jax=jax.__version__, jaxlib=md.version("jaxlib"), backend=jax.default_backend(),
+            devices=[str(d) for d in jax.devices()], compilation_cache=bool(jax.config.jax_enable_compilation_cache),
+            xla_flags=os.environ.get("XLA_FLAGS", ""), **{p: md.version(p) for p in packages},
+        )
+        result["loadavg_before"] = os.getloadavg()
+        result.update(measure(jax))
+        result["loadavg_after"] = os.getloadavg()
+    except Exception as error:  # reported in the table, not raised
+        traceback.print_exc()
+        result["error"] = f"{type(error).__name__}: {error}".strip()[:500]
+    emit(result)
 
 
 def setup_jax():
@@ -175,7 +243,106 @@ def rejax_env(env_id):
     return Env(LogWrapper(base_env)), env_params
 
 
+def rejax_returns(ts, returns, evals):
+    """final_eval_return (mean over seeds of the last evaluation's returns), final_train_return
+    (of the last finished training episodes, from the ``rejax_env`` LogWrapper's state) and
+    evals_done of a vmapped rejax run: ``ts`` its final train state, ``returns`` its
+    evaluations' returns, ``evals`` the evaluations asked for."""
+    import numpy as np
+
+    log_state = ts.env_state  # LogEnvState [seeds, num_envs]
+    valid = np.asarray(log_state.returned_episode_valid)
+    last_returns = np.where(valid, np.asarray(log_state.returned_episode_returns, np.float64), np.nan)
+    return dict(
+        final_eval_return=float(np.mean(np.asarray(returns)[:, -1])) if evals else float("nan"),
+        final_train_return=nanmean(np.nanmean(last_returns, axis=-1)) if np.isfinite(last_returns).any()
+        else float("nan"),
+        evals_done=int(np.asarray(returns).shape[1]) if evals else 0,
+    )
+
+
 # ============================================================================ parent side
+
+
+def peer_missing(peer, no_peers):
+    """Why the peer library ``peer`` is not measured (--no-peers, not installed), or None."""
+    if no_peers:
+        return f"{peer}: not run (--no-peers)"
+    if importlib.util.find_spec(peer) is None:
+        return f"{peer}: not installed (pip install {peer}), peer comparison skipped"
+    return None
+
+
+def measure_in_child(script, key, args, options=()):
+    """Run ``script --one <key's values>`` in a fresh process (``run_child`` with ``args``'
+    --timeout, --stall-timeout, --verbose) and return its result; a failed one gets ``key``,
+    so the tables can name it. ``options``: ``args`` attributes passed on, a true flag as
+    ``--name``, any other value as ``--name value``; None and False are left out."""
+    cmd = [sys.executable, os.path.abspath(script), "--one", *map(str, key.values())]
+    for name in options:
+        value = getattr(args, name)
+        if value is not None and value is not False:
+            cmd += ["--" + name.replace("_", "-")] + ([] if value is True else [str(value)])
+    result = run_child(cmd, args.timeout, args.stall_timeout, args.verbose)
+    return {**key, **result} if "error" in result else result
+
+
+def derive_timing(results):
+    """Per successful result: run_s (the fastest run), total_compile_s (lower + compile) and
+    steps_per_s (seeds * steps_per_seed / run_s; None where no env steps are taken)."""
+    for r in results:
+        if "error" not in r:
+            r["run_s"] = min(r["run_times"])
+            r["total_compile_s"] = r["lower_s"] + r["compile_s"]
+            r["steps_per_s"] = r["seeds"] * r["steps_per_seed"] / r["run_s"] if r["steps_per_seed"] else None
+
+
+def peer_ratios(results, same=("seeds",)):
+    """jaxrl / rejax ratio_steps and ratio_compile for each successful jaxrl result whose
+    rejax result (equal in the fields ``same``) succeeded too."""
+    by_key = {(r["library"], *(r[f] for f in same)): r for r in results}
+    for r in results:
+        peer = by_key.get(("rejax", *(r[f] for f in same)))
+        if r["library"] == "jaxrl" and peer and "error" not in peer and "error" not in r:
+            r["ratio_steps"] = r["steps_per_s"] / peer["steps_per_s"]
+            r["ratio_compile"] = r["total_compile_s"] / peer["total_compile_s"]
+
+
+def timing_status(result):
+    """The progress line's summary of a successful timed result."""
+    return (f"compile {result['lower_s'] + result['compile_s']:.1f}s, runs "
+            + ", ".join(f"{t:.2f}s" for t in result["run_times"])
+            + " (other CPU load " + ", ".join(fmt(c, ".2f") for c in result["other_cpu"]) + ")"
+            + f", final eval return {fmt(result['final_eval_return'], '.1f')}")
+
+
+def other_cpu_warning(results):
+    """A warning line if other processes used the CPU during a timed run, else none."""
+    others = [c for r in results for c in r.get("other_cpu", []) if c is not None]
+    if not others or max(others) <= 0.2:
+        return []
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return [f"WARNING: other processes used up to {max(others):.2f} of the {usable} usable CPUs during "
+            "a timed run (column 'other CPU load'): those run times are inflated and noisy; compare "
+            "the fastest runs, or rerun on a quiet machine."]
+
+
+def settings_lines(results, label):
+    """One "<label(result)> settings: name=value, ..." line per label, from the results' settings."""
+    lines = {}
+    for r in results:
+        if "settings" in r:
+            lines.setdefault(label(r), f"{label(r)} settings: "
+                             + ", ".join(f"{k}={v}" for k, v in r["settings"].items()))
+    return list(lines.values())
+
+
+def write_markdown(path, lines, results):
+    """Write ``lines`` and the raw ``results`` (JSON) to ``path`` as Markdown."""
+    lines = lines + ["", "Raw results:", "", "```json", json.dumps(results, indent=1, default=str), "```", ""]
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+    print(f"\nwrote {path}")
 
 
 def fmt(x, spec):
@@ -196,9 +363,10 @@ def markdown_table(headers, rows):
     return "\n".join(out + ["| " + " | ".join(row) + " |" for row in rows])
 
 
-def machine_lines(results, command):
+def machine_lines(results, command, other_cpu=True):
     """Lines describing the machine, the software and how the measurements were taken,
-    from the ``machine`` / ``loadavg_before`` / ``run_times`` entries of child results."""
+    from the ``machine`` / ``loadavg_before`` / ``run_times`` entries of child results;
+    ``other_cpu``: the table has the "other CPU load" column."""
     info = next((r["machine"] for r in results if "machine" in r), {})
     try:
         affinity = len(os.sched_getaffinity(0))
@@ -217,9 +385,12 @@ def machine_lines(results, command):
         "each measurement in a fresh subprocess, persistent compilation cache off; "
         "compile s = lower + compile; run s = the fastest of "
         f"{len(next((r['run_times'] for r in results if 'run_times' in r), [])) or '?'} runs of the compiled "
-        "function, all listed in order (on a shared machine the fastest is the better estimate); "
-        "steps/s = seeds * steps/seed / run s; other CPU load = cores' worth of CPU used by OTHER "
-        "processes during each run (from /proc/stat minus the measuring process; 0 = quiet machine)",
+        "function, all listed in order ("
+        + ("on a shared machine the fastest is the better estimate); steps/s = seeds * steps/seed / run s; "
+           "other CPU load = cores' worth of CPU used by OTHER processes during each run (from /proc/stat "
+           "minus the measuring process; 0 = quiet machine)" if other_cpu else
+           "the first includes no compilation; on a shared machine the fastest is the better estimate); "
+           "steps/s = seeds * steps/seed / run s"),
     ]
 
 

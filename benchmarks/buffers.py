@@ -55,16 +55,15 @@ instead of stopping the benchmark.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import platform
 import shlex
 import sys
 import time
-import traceback
 
-from _harness import emit, phase, run_child
+from _harness import (add_common_arguments, add_peer_arguments, markdown_table, measure_and_emit, measure_in_child,
+                      peer_missing, phase, text_table, write_markdown)
 
 
 NUM_ENVS = 8
@@ -81,18 +80,6 @@ OBS_KINDS = ("image", "vector")
 
 
 # ============================================================================ child
-
-
-
-def _setup_jax(impl, peer_with_jaxrl_settings=False):
-    if impl.startswith("jaxrl") or peer_with_jaxrl_settings:
-        import jaxrl  # noqa: F401 -- applies jaxrl's XLA settings (jaxrl/_xla.py) before JAX starts
-    os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
-    os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
-    import jax
-
-    jax.config.update("jax_enable_compilation_cache", False)
-    return jax
 
 
 def _example(obs_kind):
@@ -317,35 +304,18 @@ def measure(jax, impl, obs_kind, capacity, args_):
 
 def child_main(args):
     impl, obs_kind, capacity = args.one[0], args.one[1], int(args.one[2])
-    result = {"impl": impl, "obs": obs_kind, "capacity": capacity}
-    try:
-        jax = _setup_jax(impl, args.peer_with_jaxrl_settings)
-        import importlib.metadata as md
-
-        result["machine"] = dict(jax=jax.__version__, jaxlib=md.version("jaxlib"), backend=jax.default_backend(),
-                                 devices=[str(d) for d in jax.devices()], xla_flags=os.environ.get("XLA_FLAGS", ""))
-        if impl.startswith("fbx"):
-            result["machine"]["flashbax"] = md.version("flashbax")
-        result["loadavg_before"] = os.getloadavg()
-        result.update(measure(jax, impl, obs_kind, capacity, args))
-        result["loadavg_after"] = os.getloadavg()
-    except Exception as error:  # reported in the table, not raised
-        traceback.print_exc()
-        result["error"] = f"{type(error).__name__}: {error}".strip()[:500]
-    emit(result)
+    measure_and_emit({"impl": impl, "obs": obs_kind, "capacity": capacity},
+                     lambda jax: measure(jax, impl, obs_kind, capacity, args),
+                     jaxrl_settings=impl.startswith("jaxrl") or args.peer_with_jaxrl_settings,
+                     packages=("flashbax",) if impl.startswith("fbx") else ())
 
 
 # ============================================================================ parent
 
 
-
 def _measure(args, impl, obs_kind, capacity):
-    cmd = [sys.executable, os.path.abspath(__file__), "--one", impl, obs_kind, str(capacity),
-           "--iterations", str(args.iterations), "--runs", str(args.runs), "--min-time", str(args.min_time)]
-    if args.peer_with_jaxrl_settings:
-        cmd.append("--peer-with-jaxrl-settings")
-    result = run_child(cmd, args.timeout, args.stall_timeout, args.verbose)
-    return {"impl": impl, "obs": obs_kind, "capacity": capacity, **result} if "error" in result else result
+    return measure_in_child(__file__, {"impl": impl, "obs": obs_kind, "capacity": capacity}, args,
+                            ("iterations", "runs", "min_time", "peer_with_jaxrl_settings"))
 
 
 def _derive(results):
@@ -395,18 +365,6 @@ def _rows(results):
     return rows
 
 
-def _text_table(rows):
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(HEADERS)]
-    line = lambda cells: "  ".join(c.ljust(w) if i < 2 else c.rjust(w)  # noqa: E731
-                                   for i, (c, w) in enumerate(zip(cells, widths)))
-    return "\n".join([line(HEADERS), line(["-" * w for w in widths])] + [line(row) for row in rows])
-
-
-def _markdown_table(rows):
-    out = ["| " + " | ".join(HEADERS) + " |", "|" + "|".join("---" for _ in HEADERS) + "|"]
-    return "\n".join(out + ["| " + " | ".join(row) + " |" for row in rows])
-
-
 def _notes(results, command, args, peer_note):
     info = next((r["machine"] for r in results if "machine" in r), {})
     fbx_version = next((r["machine"]["flashbax"] for r in results if "flashbax" in r.get("machine", {})), None)
@@ -442,17 +400,9 @@ def _notes(results, command, args, peer_note):
 
 
 def parent_main(args):
-    import importlib.util
-
     command = shlex.join(["python"] + sys.argv)
-    impls = list(JAXRL_IMPLS)
-    peer_note = None
-    if args.no_peers:
-        peer_note = "flashbax: not run (--no-peers)"
-    elif importlib.util.find_spec("flashbax") is None:
-        peer_note = "flashbax: not installed (pip install flashbax), comparison skipped"
-    else:
-        impls += [i for i in FBX_IMPLS if i.split("-")[-1] in args.fbx_layouts]
+    peer_note = peer_missing("flashbax", args.no_peers)
+    impls = list(JAXRL_IMPLS) + ([] if peer_note else [i for i in FBX_IMPLS if i.split("-")[-1] in args.fbx_layouts])
 
     plan = [(impl, obs, cap) for cap in args.capacities for obs in args.obs for impl in impls]
     results = []
@@ -477,19 +427,16 @@ def parent_main(args):
     print()
     print(title)
     print()
-    print(_text_table(rows))
+    print(text_table(HEADERS, rows, left=(0, 1)))
     print()
     for line in errors:
         print("error: " + line)
     for line in notes:
         print(line)
     if args.markdown:
-        md = [f"## {title}", "", _markdown_table(rows), ""]
+        md = [f"## {title}", "", markdown_table(HEADERS, rows), ""]
         md += [f"- error: {line}" for line in errors] + [f"- {line}" for line in notes]
-        md += ["", "Raw results:", "", "```json", json.dumps(results, indent=1, default=str), "```", ""]
-        with open(args.markdown, "w") as f:
-            f.write("\n".join(md))
-        print(f"\nwrote {args.markdown}")
+        write_markdown(args.markdown, md, results)
     return 0 if any(r["impl"].startswith("jaxrl") and "error" not in r for r in results) else 1
 
 
@@ -502,7 +449,7 @@ def main(argv=None):
                         help="observation kinds (default: both)")
     parser.add_argument("--quick", action="store_true",
                         help="capacities 10k and 100k (unless --capacities), 1 run of >= 0.2 s per operation")
-    parser.add_argument("--no-peers", action="store_true", help="jaxrl only, even if flashbax is installed")
+    add_peer_arguments(parser, "flashbax")
     parser.add_argument("--fbx-layouts", nargs="+", choices=("item", "flat"), default=["item", "flat"],
                         help="flashbax buffers to measure (default: item flat)")
     parser.add_argument("--iterations", type=int, default=None,
@@ -510,15 +457,7 @@ def main(argv=None):
     parser.add_argument("--runs", type=int, default=None, help="timed runs per operation (default: 3, --quick: 1)")
     parser.add_argument("--min-time", type=float, default=None,
                         help="seconds each timed run lasts at least (default: 1.0, --quick: 0.2)")
-    parser.add_argument("--timeout", type=float, default=900, help="seconds per measurement (default: %(default)s)")
-    parser.add_argument("--stall-timeout", type=float, default=120,
-                        help="kill a measurement whose process uses no CPU this long (default: %(default)s)")
-    parser.add_argument("--markdown", metavar="MD", help="also write the table (and raw results) as Markdown")
-    parser.add_argument("--verbose", action="store_true", help="show a failed measurement's traceback")
-    parser.add_argument("--peer-with-jaxrl-settings", action="store_true",
-                        help="run flashbax under the XLA settings jaxrl applies on import (jaxrl/_xla.py) "
-                             "instead of JAX's defaults")
-    parser.add_argument("--one", nargs=3, metavar=("IMPL", "OBS", "CAPACITY"), help=argparse.SUPPRESS)
+    add_common_arguments(parser, ("IMPL", "OBS", "CAPACITY"), runs=False, timeout=900, stall_timeout=120)
     args = parser.parse_args(argv)
     quick = args.quick
     if args.capacities is None:

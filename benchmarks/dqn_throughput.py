@@ -40,19 +40,19 @@ repetitions from a state with a filled buffer, so what dominates the run time is
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import shlex
 import sys
 import time
-import traceback
 
-from _harness import emit, phase, run_child
+from _harness import (add_common_arguments, add_peer_arguments, derive_timing, measure_and_emit, measure_in_child,
+                      other_cpu_warning, parse_arguments, peer_missing, peer_ratios, phase, rejax_env,
+                      rejax_returns, settings_lines, timing_status, write_markdown)
 from _harness import (cpu_snapshot as _cpu_snapshot, fmt as _fmt, last_finite as _last_finite,
                       machine_lines as _machine_lines, markdown_table as _markdown_table, nanmean as _nanmean,
-                      other_cpu as _other_cpu, rejax_env, seed_list as _seed_list, setup_jax as _setup_jax,
-                      text_table as _text_table, time_compiled as _time_compiled)
+                      other_cpu as _other_cpu, seed_list as _seed_list, text_table as _text_table,
+                      time_compiled as _time_compiled)
 
 ENV_ID = "CartPole-v1"
 RUNS = ("jaxrl", "rejax", "jaxrl-default", "jaxrl-rainbow")
@@ -220,10 +220,6 @@ def run_jaxrl(jax, args, seeds, kind):
     )
 
 
-def _rejax_env():
-    return rejax_env(ENV_ID)
-
-
 def _rejax_algo(args, evals=None):
     """rejax.DQN at REJAX_CARTPOLE_DQN, with `evals` equal blocks of iterations each ending
     in an evaluation of `eval_episodes` episodes. Returns (algo, iterations, settings)."""
@@ -240,7 +236,7 @@ def _rejax_algo(args, evals=None):
         per_block, num_blocks = iterations, 1
     eval_freq = per_block * r["num_envs"]  # rejax runs ceil(eval_freq / num_envs) iterations per block
     total_timesteps = num_blocks * eval_freq  # rejax runs ceil(total / eval_freq) blocks
-    env, env_params = _rejax_env()
+    env, env_params = rejax_env(ENV_ID)
     algo = rejax.DQN.create(
         env=env, env_params=env_params, agent=r["agent"], agent_kwargs={"activation": r["activation"]},
         num_envs=r["num_envs"], buffer_size=r["buffer_size"], fill_buffer=r["fill_buffer"],
@@ -287,17 +283,11 @@ def run_rejax(jax, args, seeds, kind):
     ts, (lengths, returns) = jax.device_get(out)
     steps_per_seed = int(np.asarray(ts.global_step).reshape(-1)[0])
     updates_per_seed = int(np.asarray(ts.q_ts.step).reshape(-1)[0])
-    log_state = ts.env_state  # LogEnvState [seeds, num_envs]
-    valid = np.asarray(log_state.returned_episode_valid)
-    last_returns = np.where(valid, np.asarray(log_state.returned_episode_returns, np.float64), np.nan)
     return dict(
         lower_s=lower_s, compile_s=compile_s, run_times=run_times, other_cpu=other_cpu,
         steps_per_seed=steps_per_seed,
         updates_per_seed=updates_per_seed, iterations=iterations,
-        final_eval_return=float(np.mean(np.asarray(returns)[:, -1])) if args.evals else float("nan"),
-        final_train_return=_nanmean(np.nanmean(last_returns, axis=-1)) if np.isfinite(last_returns).any()
-        else float("nan"),
-        evals_done=int(np.asarray(returns).shape[1]) if args.evals else 0,
+        **rejax_returns(ts, returns, args.evals),
         evaluation=f"{args.evals} x {args.eval_episodes} ep., eps .005" if args.evals else "off",
         settings={k: repr(v) for k, v in settings.items()},
     )
@@ -459,68 +449,30 @@ def breakdown_rejax(jax, args):
 
 def child_main(args):
     kind, seeds = args.one[0], int(args.one[1])
-    result = {"library": kind, "seeds": seeds}
-    try:
-        if not kind.startswith("rejax") or args.peer_with_jaxrl_settings:
-            # jaxrl applies these on import (jaxrl/_xla.py); a peer runs as its own users
-            # run it unless asked to run under the same process settings.
-            from jaxrl._xla import configure
 
-            configure()
-        jax = _setup_jax()
-        import importlib.metadata as md
-
-        result["machine"] = dict(
-            jax=jax.__version__, jaxlib=md.version("jaxlib"), backend=jax.default_backend(),
-            devices=[str(d) for d in jax.devices()],
-            compilation_cache=bool(jax.config.jax_enable_compilation_cache),
-            xla_flags=os.environ.get("XLA_FLAGS", ""), gymnax=md.version("gymnax"),
-        )
-        if kind.startswith("rejax"):
-            result["machine"]["rejax"] = md.version("rejax")
-        result["loadavg_before"] = os.getloadavg()
+    def measure(jax):
         if kind == "jaxrl-breakdown":
-            result.update(breakdown_jaxrl(jax, args))
-        elif kind == "rejax-breakdown":
-            result.update(breakdown_rejax(jax, args))
-        elif kind == "rejax":
-            result.update(run_rejax(jax, args, seeds, kind))
-        else:
-            result.update(run_jaxrl(jax, args, seeds, kind))
-        result["loadavg_after"] = os.getloadavg()
-    except Exception as error:  # reported in the table, not raised
-        traceback.print_exc()
-        result["error"] = f"{type(error).__name__}: {error}".strip()[:500]
-    emit(result)
+            return breakdown_jaxrl(jax, args)
+        if kind == "rejax-breakdown":
+            return breakdown_rejax(jax, args)
+        if kind == "rejax":
+            return run_rejax(jax, args, seeds, kind)
+        return run_jaxrl(jax, args, seeds, kind)
+
+    # jaxrl applies its XLA settings on import (jaxrl/_xla.py); a peer runs as its own users
+    # run it unless asked to run under the same process settings.
+    measure_and_emit({"library": kind, "seeds": seeds}, measure,
+                     jaxrl_settings=not kind.startswith("rejax") or args.peer_with_jaxrl_settings,
+                     packages=("gymnax", "rejax") if kind.startswith("rejax") else ("gymnax",))
 
 
 # ============================================================================ parent
 
 
 def _measure(args, kind, seeds):
-    cmd = [sys.executable, os.path.abspath(__file__), "--one", kind, str(seeds),
-           "--total-timesteps", str(args.total_timesteps), "--evals", str(args.evals),
-           "--eval-episodes", str(args.eval_episodes), "--seed", str(args.seed), "--runs", str(args.runs),
-           "--breakdown-reps", str(args.breakdown_reps)]
-    if args.peer_with_jaxrl_settings:
-        cmd.append("--peer-with-jaxrl-settings")
-    result = run_child(cmd, args.timeout, args.stall_timeout, args.verbose)
-    return {"library": kind, "seeds": seeds, **result} if "error" in result else result
-
-
-def _derive(results):
-    for r in results:
-        if "error" in r:
-            continue
-        r["run_s"] = min(r["run_times"])
-        r["total_compile_s"] = r["lower_s"] + r["compile_s"]
-        r["steps_per_s"] = r["seeds"] * r["steps_per_seed"] / r["run_s"]
-    by_key = {(r["library"], r["seeds"]): r for r in results}
-    for r in results:
-        peer = by_key.get(("rejax", r["seeds"]))
-        if r["library"] == "jaxrl" and peer and "error" not in peer and "error" not in r:
-            r["ratio_steps"] = r["steps_per_s"] / peer["steps_per_s"]
-            r["ratio_compile"] = r["total_compile_s"] / peer["total_compile_s"]
+    return measure_in_child(__file__, {"library": kind, "seeds": seeds}, args,
+                            ("total_timesteps", "evals", "eval_episodes", "seed", "runs", "breakdown_reps",
+                             "peer_with_jaxrl_settings"))
 
 
 HEADERS = ["run", "seeds", "steps/seed", "updates/seed", "compile s", "run s (fastest)", "all runs s",
@@ -529,10 +481,14 @@ HEADERS = ["run", "seeds", "steps/seed", "updates/seed", "compile s", "run s (fa
 LEFT = (0, 11)
 
 
+def _label(r):
+    return LABELS.get(r["library"], r["library"])
+
+
 def _rows(results):
     rows = []
     for r in results:
-        label = LABELS.get(r["library"], r["library"])
+        label = _label(r)
         if "error" in r:
             row = [label, str(r["seeds"])] + ["-"] * (len(HEADERS) - 2)
             row[11] = "FAILED (see below)"
@@ -600,17 +556,7 @@ def _breakdown_rows(results):
 
 
 def _errors(results):
-    return [f"{LABELS.get(r['library'], r['library'])} x{r['seeds']}: {r['error']}" for r in results if "error" in r]
-
-
-def _settings_lines(results):
-    lines, seen = [], set()
-    for r in results:
-        if "settings" in r and r["library"] not in seen:
-            seen.add(r["library"])
-            lines.append(f"{LABELS.get(r['library'], r['library'])} settings: "
-                         + ", ".join(f"{k}={v}" for k, v in r["settings"].items()))
-    return lines
+    return [f"{_label(r)} x{r['seeds']}: {r['error']}" for r in results if "error" in r]
 
 
 def _plot(results, path, title):
@@ -643,17 +589,9 @@ def _plot(results, path, title):
 
 
 def parent_main(args):
-    import importlib.util
-
     command = shlex.join(["python"] + sys.argv)
-    peer_note = None
-    with_rejax = False
-    if args.no_peers:
-        peer_note = "rejax: not run (--no-peers)"
-    elif importlib.util.find_spec("rejax") is None:
-        peer_note = "rejax: not installed (pip install rejax), peer comparison skipped"
-    else:
-        with_rejax = True
+    peer_note = peer_missing("rejax", args.no_peers)
+    with_rejax = peer_note is None
 
     plan = []
     for seeds in args.seeds:
@@ -675,28 +613,20 @@ def parent_main(args):
         elif "parts" in result:
             status = "; ".join(f"{k}: {v['us']:.1f} us" for k, v in result["parts"].items())
         else:
-            status = (f"compile {result['lower_s'] + result['compile_s']:.1f}s, runs "
-                      + ", ".join(f"{t:.2f}s" for t in result["run_times"])
-                      + " (other CPU load " + ", ".join(_fmt(c, ".2f") for c in result["other_cpu"]) + ")"
-                      + f", final eval return {_fmt(result['final_eval_return'], '.1f')}")
+            status = timing_status(result)
         print(f"    {status} (wall {time.perf_counter() - start:.0f}s, load {os.getloadavg()[0]:.2f})",
               file=sys.stderr, flush=True)
     main_results = [r for r in results if not r["library"].endswith("breakdown")]
     breakdowns = [r for r in results if r["library"].endswith("breakdown")]
-    _derive(main_results)
+    derive_timing(main_results)
+    peer_ratios(main_results)
     rows = _rows(main_results)
 
     title = (f"DQN on {ENV_ID} at rejax's CartPole configuration, {args.total_timesteps:,} total timesteps, "
              f"seeds vmapped: {', '.join(map(str, args.seeds))}")
     machine = _machine_lines(main_results or results, command)
     errors = _errors(main_results)
-    extra = [peer_note] if peer_note else []
-    others = [c for r in main_results for c in r.get("other_cpu", []) if c is not None]
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if others and max(others) > 0.2:
-        extra.append(f"WARNING: other processes used up to {max(others):.2f} of the {usable} usable CPUs during "
-                     "a timed run (column 'other CPU load'): those run times are inflated and noisy; compare "
-                     "the fastest runs, or rerun on a quiet machine.")
+    extra = ([peer_note] if peer_note else []) + other_cpu_warning(main_results)
 
     print()
     print(title)
@@ -715,7 +645,7 @@ def parent_main(args):
     print("differences that cannot be matched or are by design:")
     for note in DIFFERENCES:
         print(" - " + note)
-    for line in _settings_lines(main_results):
+    for line in settings_lines(main_results, _label):
         print(" - " + line)
     if breakdowns:
         print()
@@ -732,14 +662,11 @@ def parent_main(args):
         md += ["", "Settings (rejax's CartPole DQN and the jaxrl dqn.Config it maps to):", "",
                _mapping_table(args.total_timesteps, markdown=True), ""]
         md += [f"- {note}" for note in DIFFERENCES]
-        md += [f"- {line}" for line in _settings_lines(main_results)]
+        md += [f"- {line}" for line in settings_lines(main_results, _label)]
         if breakdowns:
             md += ["", "Per-iteration breakdown (1 seed, no vmap):", "",
                    _markdown_table(BREAKDOWN_HEADERS, _breakdown_rows(breakdowns))]
-        md += ["", "Raw results:", "", "```json", json.dumps(results, indent=1, default=str), "```", ""]
-        with open(args.markdown, "w") as f:
-            f.write("\n".join(md))
-        print(f"\nwrote {args.markdown}")
+        write_markdown(args.markdown, md, results)
     if args.plot:
         if any("error" not in r for r in main_results):
             _plot(main_results, args.plot, title)
@@ -760,7 +687,6 @@ def main(argv=None):
     parser.add_argument("--rainbow-seeds", type=lambda t: [] if t.strip() in ("", "0") else _seed_list(t),
                         default=[1], help='seeds for the dqn.rainbow() row, "0" = skip (default: 1)')
     parser.add_argument("--no-default", action="store_true", help="skip the jaxrl dqn.Config() rows")
-    parser.add_argument("--no-peers", action="store_true", help="measure jaxrl only, even if rejax is installed")
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: 20,000 steps (5,010 of them random), 1 run per measurement, "
                              "fewer breakdown repetitions")
@@ -774,26 +700,12 @@ def main(argv=None):
                              "evaluation) for jaxrl and rejax at rejax's settings")
     parser.add_argument("--breakdown-reps", type=int, default=None,
                         help="repetitions per timed part in --breakdown (default: 2000, --quick: 200)")
-    parser.add_argument("--peer-with-jaxrl-settings", action="store_true",
-                        help="run rejax under the XLA settings jaxrl applies on import (jaxrl/_xla.py) "
-                             "instead of JAX's defaults")
-    parser.add_argument("--runs", type=int, default=None,
-                        help="timed runs of the compiled function per measurement; the fastest is "
-                             "reported (default: 2, --quick: 1)")
-    parser.add_argument("--seed", type=int, default=0, help="base PRNG seed (default: %(default)s)")
-    parser.add_argument("--timeout", type=float, default=3600, help="seconds per measurement (default: %(default)s)")
-    parser.add_argument("--stall-timeout", type=float, default=180,
-                        help="kill a measurement whose process uses no CPU for this many seconds, "
-                             "i.e. is hung (Linux only; default: %(default)s)")
+    add_peer_arguments(parser, "rejax")
     parser.add_argument("--plot", metavar="PNG", help="write a bar chart of steps/s and compile time (matplotlib)")
-    parser.add_argument("--markdown", metavar="MD", help="write the tables (and raw results) as Markdown")
-    parser.add_argument("--verbose", action="store_true", help="show a failed measurement's traceback")
-    parser.add_argument("--one", nargs=2, metavar=("RUN", "SEEDS"), help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    add_common_arguments(parser, ("RUN", "SEEDS"))
+    args = parse_arguments(parser, argv)
     if args.total_timesteps is None:
         args.total_timesteps = 20_000 if args.quick else REJAX_CARTPOLE_DQN["total_timesteps"]
-    if args.runs is None:
-        args.runs = 1 if args.quick else 2
     if args.breakdown_reps is None:
         args.breakdown_reps = 200 if args.quick else 2000
     fields = jaxrl_fields(total_timesteps=args.total_timesteps)
@@ -801,8 +713,8 @@ def main(argv=None):
     if args.total_timesteps < max(minimum, 2_000 + 64):
         parser.error(f"--total-timesteps must be at least {max(minimum, 2_064):,} (rejax's fill_buffer "
                      "plus one iteration, and jaxrl's default learning_starts plus one iteration)")
-    if args.evals < 0 or args.eval_episodes < 1 or args.runs < 1 or args.breakdown_reps < 1:
-        parser.error("--evals must be >= 0, --eval-episodes >= 1, --runs >= 1, --breakdown-reps >= 1")
+    if args.evals < 0 or args.eval_episodes < 1 or args.breakdown_reps < 1:
+        parser.error("--evals must be >= 0, --eval-episodes >= 1, --breakdown-reps >= 1")
     if args.one:
         child_main(args)
         return 0

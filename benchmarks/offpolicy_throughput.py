@@ -43,16 +43,16 @@ the phase it was in, instead of stopping the benchmark.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import shlex
 import sys
 import time
-import traceback
 
-from _harness import (emit, fmt, machine_lines, markdown_table, nanmean, last_finite, rejax_env, run_child,
-                      seed_list, setup_jax, text_table, time_compiled)
+from _harness import (add_common_arguments, add_peer_arguments, derive_timing, fmt, last_finite, machine_lines,
+                      markdown_table, measure_and_emit, measure_in_child, nanmean, other_cpu_warning, parse_arguments,
+                      peer_missing, peer_ratios, rejax_env, rejax_returns, seed_list, settings_lines, text_table,
+                      time_compiled, timing_status, write_markdown)
 
 ENV_ID = "Pendulum-v1"
 HALF_RANGE = 2.0  # Pendulum-v1 actions are in [-2, 2] (max_torque); checked in the child
@@ -395,17 +395,11 @@ def run_rejax(jax, args, algo, seeds):
     train = jax.vmap(peer.train)
     lower_s, compile_s, run_times, out, other_cpu = time_compiled(jax, train, (keys,), args.runs)
     ts, (lengths, returns) = jax.device_get(out)
-    log_state = ts.env_state  # LogEnvState [seeds, num_envs]
-    valid = np.asarray(log_state.returned_episode_valid)
-    last_returns = np.where(valid, np.asarray(log_state.returned_episode_returns, np.float64), np.nan)
     return dict(
         lower_s=lower_s, compile_s=compile_s, run_times=run_times, other_cpu=other_cpu,
         steps_per_seed=int(np.asarray(ts.global_step).reshape(-1)[0]),
         updates_per_seed=int(np.asarray(ts.critic_ts.step).reshape(-1)[0]), iterations=iterations,
-        final_eval_return=float(np.mean(np.asarray(returns)[:, -1])) if args.evals else float("nan"),
-        final_train_return=nanmean(np.nanmean(last_returns, axis=-1)) if np.isfinite(last_returns).any()
-        else float("nan"),
-        evals_done=int(np.asarray(returns).shape[1]) if args.evals else 0,
+        **rejax_returns(ts, returns, args.evals),
         evaluation=f"{args.evals} x {args.eval_episodes} ep., deterministic" if args.evals else "off",
         settings={k: repr(v) for k, v in settings.items()},
     )
@@ -413,65 +407,24 @@ def run_rejax(jax, args, algo, seeds):
 
 def child_main(args):
     algo, kind, seeds = args.one[0], args.one[1], int(args.one[2])
-    result = {"algo": algo, "library": kind, "seeds": seeds}
-    try:
-        if kind != "rejax" or args.peer_with_jaxrl_settings:
-            # jaxrl applies these on import (jaxrl/_xla.py); the peer runs as its own users
-            # run it unless asked to run under the same process settings.
-            from jaxrl._xla import configure
 
-            configure()
-        jax = setup_jax()
-        import importlib.metadata as md
+    def measure(jax):
+        return run_rejax(jax, args, algo, seeds) if kind == "rejax" else run_jaxrl(jax, args, algo, seeds, kind)
 
-        result["machine"] = dict(
-            jax=jax.__version__, jaxlib=md.version("jaxlib"), backend=jax.default_backend(),
-            devices=[str(d) for d in jax.devices()],
-            compilation_cache=bool(jax.config.jax_enable_compilation_cache),
-            xla_flags=os.environ.get("XLA_FLAGS", ""), gymnax=md.version("gymnax"),
-        )
-        if kind == "rejax":
-            result["machine"]["rejax"] = md.version("rejax")
-        result["loadavg_before"] = os.getloadavg()
-        if kind == "rejax":
-            result.update(run_rejax(jax, args, algo, seeds))
-        else:
-            result.update(run_jaxrl(jax, args, algo, seeds, kind))
-        result["loadavg_after"] = os.getloadavg()
-    except Exception as error:  # reported in the table, not raised
-        traceback.print_exc()
-        result["error"] = f"{type(error).__name__}: {error}".strip()[:500]
-    emit(result)
+    # jaxrl applies its XLA settings on import (jaxrl/_xla.py); the peer runs as its own users
+    # run it unless asked to run under the same process settings.
+    measure_and_emit({"algo": algo, "library": kind, "seeds": seeds}, measure,
+                     jaxrl_settings=kind != "rejax" or args.peer_with_jaxrl_settings,
+                     packages=("gymnax", "rejax") if kind == "rejax" else ("gymnax",))
 
 
 # ============================================================================ parent
 
 
 def _measure(args, algo, kind, seeds):
-    cmd = [sys.executable, os.path.abspath(__file__), "--one", algo, kind, str(seeds),
-           "--total-timesteps", str(args.total_timesteps), "--evals", str(args.evals),
-           "--eval-episodes", str(args.eval_episodes), "--seed", str(args.seed), "--runs", str(args.runs)]
-    if args.peer_with_jaxrl_settings:
-        cmd.append("--peer-with-jaxrl-settings")
-    if args.rejax_normalize_obs:
-        cmd.append("--rejax-normalize-obs")
-    result = run_child(cmd, args.timeout, args.stall_timeout, args.verbose)
-    return {"algo": algo, "library": kind, "seeds": seeds, **result} if "error" in result else result
-
-
-def _derive(results):
-    for r in results:
-        if "error" in r:
-            continue
-        r["run_s"] = min(r["run_times"])
-        r["total_compile_s"] = r["lower_s"] + r["compile_s"]
-        r["steps_per_s"] = r["seeds"] * r["steps_per_seed"] / r["run_s"]
-    by_key = {(r["algo"], r["library"], r["seeds"]): r for r in results}
-    for r in results:
-        peer = by_key.get((r["algo"], "rejax", r["seeds"]))
-        if r["library"] == "jaxrl" and peer and "error" not in peer and "error" not in r:
-            r["ratio_steps"] = r["steps_per_s"] / peer["steps_per_s"]
-            r["ratio_compile"] = r["total_compile_s"] / peer["total_compile_s"]
+    return measure_in_child(__file__, {"algo": algo, "library": kind, "seeds": seeds}, args,
+                            ("total_timesteps", "evals", "eval_episodes", "seed", "runs", "peer_with_jaxrl_settings",
+                             "rejax_normalize_obs"))
 
 
 HEADERS = ["algo", "run", "seeds", "steps/seed", "updates/seed", "compile s", "run s (fastest)", "all runs s",
@@ -524,34 +477,19 @@ def _mapping_title(algo):
             f"and the jaxrl {algo}.Config it maps to (the `jaxrl (rejax cfg)` rows):")
 
 
+def _label(r):
+    return f"{r['algo']} {_labels(r['algo'])[r['library']]}"
+
+
 def _errors(results):
-    return [f"{r['algo']} {_labels(r['algo'])[r['library']]} x{r['seeds']}: {r['error']}"
-            for r in results if "error" in r]
-
-
-def _settings_lines(results):
-    lines, seen = [], set()
-    for r in results:
-        key = (r["algo"], r["library"])
-        if "settings" in r and key not in seen:
-            seen.add(key)
-            lines.append(f"{r['algo']} {_labels(r['algo'])[r['library']]} settings: "
-                         + ", ".join(f"{k}={v}" for k, v in r["settings"].items()))
-    return lines
+    return [f"{_label(r)} x{r['seeds']}: {r['error']}" for r in results if "error" in r]
 
 
 def parent_main(args):
-    import importlib.util
-
     command = shlex.join(["python"] + sys.argv)
-    notes = []
-    with_rejax = False
-    if args.no_peers:
-        notes.append("rejax: not run (--no-peers)")
-    elif importlib.util.find_spec("rejax") is None:
-        notes.append("rejax: not installed (pip install rejax), peer comparison skipped")
-    else:
-        with_rejax = True
+    peer_note = peer_missing("rejax", args.no_peers)
+    with_rejax = peer_note is None
+    notes = [peer_note] if peer_note else []
     if with_rejax and "ddpg" in args.algos:
         notes.append("rejax 0.1.3 has no DDPG (SAC and TD3 only): the ddpg rows are jaxrl only")
 
@@ -571,25 +509,18 @@ def parent_main(args):
         if "error" in result:
             status = result["error"]
         else:
-            status = (f"compile {result['lower_s'] + result['compile_s']:.1f}s, runs "
-                      + ", ".join(f"{t:.2f}s" for t in result["run_times"])
-                      + " (other CPU load " + ", ".join(fmt(c, ".2f") for c in result["other_cpu"]) + ")"
-                      + f", final eval return {fmt(result['final_eval_return'], '.1f')}")
+            status = timing_status(result)
         print(f"    {status} (wall {time.perf_counter() - start:.0f}s, load {os.getloadavg()[0]:.2f})",
               file=sys.stderr, flush=True)
-    _derive(results)
+    derive_timing(results)
+    peer_ratios(results, same=("algo", "seeds"))
     rows = _rows(results)
 
     title = (f"{', '.join(a.upper() for a in args.algos)} on {ENV_ID} at rejax's Pendulum configurations, "
              f"{args.total_timesteps:,} env steps per seed, seeds vmapped: {', '.join(map(str, args.seeds))}")
     machine = machine_lines(results, command)
     errors = _errors(results)
-    others = [c for r in results for c in r.get("other_cpu", []) if c is not None]
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if others and max(others) > 0.2:
-        notes.append(f"WARNING: other processes used up to {max(others):.2f} of the {usable} usable CPUs during "
-                     "a timed run (column 'other CPU load'): those run times are inflated and noisy; compare "
-                     "the fastest runs, or rerun on a quiet machine.")
+    notes += other_cpu_warning(results)
     evaluation = (f"evaluation: {args.evals} x {args.eval_episodes} episodes per run on both sides, deterministic "
                   "policy, inside the timed run" if args.evals else "evaluation: off")
     differences = [d for algo in args.algos for d in DIFFERENCES[algo]] + DIFFERENCES["all"]
@@ -611,7 +542,7 @@ def parent_main(args):
     print("differences that cannot be matched or are by design:")
     for note in differences:
         print(" - " + note)
-    for line in _settings_lines(results):
+    for line in settings_lines(results, _label):
         print(" - " + line)
 
     if args.markdown:
@@ -622,11 +553,8 @@ def parent_main(args):
             md += ["", _mapping_title(algo), "", markdown_table(MAPPING_HEADERS, _mapping_rows(algo, args))]
         md += ["", "Differences that cannot be matched or are by design:", ""]
         md += [f"- {note}" for note in differences]
-        md += [f"- {line}" for line in _settings_lines(results)]
-        md += ["", "Raw results:", "", "```json", json.dumps(results, indent=1, default=str), "```", ""]
-        with open(args.markdown, "w") as f:
-            f.write("\n".join(md))
-        print(f"\nwrote {args.markdown}")
+        md += [f"- {line}" for line in settings_lines(results, _label)]
+        write_markdown(args.markdown, md, results)
     return 0 if any(r["library"] == "jaxrl" and "error" not in r for r in results) else 1
 
 
@@ -640,7 +568,6 @@ def main(argv=None):
     parser.add_argument("--total-timesteps", type=int, default=None,
                         help="env steps per seed (default: 20,000; --quick: 5,000)")
     parser.add_argument("--no-default", action="store_true", help="skip the jaxrl X.Config() rows")
-    parser.add_argument("--no-peers", action="store_true", help="measure jaxrl only, even if rejax is installed")
     parser.add_argument("--quick", action="store_true", help="smoke test: 5,000 steps, 1 run per measurement")
     parser.add_argument("--evals", type=int, default=10,
                         help="evaluations per run on both sides, 0 = off (default: %(default)s)")
@@ -649,32 +576,18 @@ def main(argv=None):
     parser.add_argument("--rejax-normalize-obs", action="store_true",
                         help="run rejax with its Pendulum yaml's normalize_observations=True (jaxrl has no "
                              "observation normalisation for these algorithms, so the default is False)")
-    parser.add_argument("--peer-with-jaxrl-settings", action="store_true",
-                        help="run rejax under the XLA settings jaxrl applies on import (jaxrl/_xla.py) "
-                             "instead of JAX's defaults")
-    parser.add_argument("--runs", type=int, default=None,
-                        help="timed runs of the compiled function per measurement; the fastest is "
-                             "reported (default: 2, --quick: 1)")
-    parser.add_argument("--seed", type=int, default=0, help="base PRNG seed (default: %(default)s)")
-    parser.add_argument("--timeout", type=float, default=3600, help="seconds per measurement (default: %(default)s)")
-    parser.add_argument("--stall-timeout", type=float, default=180,
-                        help="kill a measurement whose process uses no CPU for this many seconds, "
-                             "i.e. is hung (Linux only; default: %(default)s)")
-    parser.add_argument("--markdown", metavar="MD", help="write the tables (and raw results) as Markdown")
-    parser.add_argument("--verbose", action="store_true", help="show a failed measurement's traceback")
-    parser.add_argument("--one", nargs=3, metavar=("ALGO", "RUN", "SEEDS"), help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    add_peer_arguments(parser, "rejax")
+    add_common_arguments(parser, ("ALGO", "RUN", "SEEDS"))
+    args = parse_arguments(parser, argv)
     args.seeds = list(dict.fromkeys(s for group in args.seeds for s in group))
     args.algos = list(dict.fromkeys(args.algos))
     if args.total_timesteps is None:
         args.total_timesteps = 5_000 if args.quick else 20_000
-    if args.runs is None:
-        args.runs = 1 if args.quick else 2
     if args.total_timesteps < 2_000:
         parser.error("--total-timesteps must be at least 2,000 (rejax's TD3 fill_buffer and jaxrl's default "
                      "learning_starts, plus some learning)")
-    if args.evals < 0 or args.eval_episodes < 1 or args.runs < 1:
-        parser.error("--evals must be >= 0, --eval-episodes >= 1, --runs >= 1")
+    if args.evals < 0 or args.eval_episodes < 1:
+        parser.error("--evals must be >= 0, --eval-episodes >= 1")
     if args.one:
         child_main(args)
         return 0

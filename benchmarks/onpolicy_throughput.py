@@ -54,17 +54,16 @@ it was in, instead of stopping the benchmark.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import shutil
 import sys
 import tempfile
 import time
-import traceback
 
-from _harness import (emit, fmt, last_finite, machine_lines, markdown_table, nanmean, phase, run_child,
-                      seed_list, setup_jax, text_table, time_compiled)
+from _harness import (add_common_arguments, derive_timing, fmt, last_finite, machine_lines, markdown_table,
+                      measure_and_emit, measure_in_child, nanmean, other_cpu_warning, parse_arguments, phase,
+                      seed_list, settings_lines, text_table, time_compiled, timing_status, write_markdown)
 
 ENV_ID = "CartPole-v1"
 ALGOS = ("a2c", "reinforce", "impala", "impala-lag4", "ppo", "bc")
@@ -161,56 +160,31 @@ def record_dataset(jax, args):
 
 def child_main(args):
     algo, seeds = args.one[0], int(args.one[1])
-    result = {"algo": algo, "seeds": seeds}
-    try:
-        from jaxrl._xla import configure
 
-        configure()  # the XLA settings jaxrl applies on import, before JAX starts its backend
-        jax = setup_jax()
-        import importlib.metadata as md
-
-        result["machine"] = dict(
-            jax=jax.__version__, jaxlib=md.version("jaxlib"), backend=jax.default_backend(),
-            devices=[str(d) for d in jax.devices()], compilation_cache=bool(jax.config.jax_enable_compilation_cache),
-            xla_flags=os.environ.get("XLA_FLAGS", ""), gymnax=md.version("gymnax"),
-        )
-        result["loadavg_before"] = os.getloadavg()
+    def measure(jax):
         if algo == "dataset":
-            result.update(record_dataset(jax, args))
-        elif algo == "bc":
-            result.update(run_bc(jax, args, seeds))
-        else:
-            result.update(run_onpolicy(jax, args, algo, seeds))
-        result["loadavg_after"] = os.getloadavg()
-    except Exception as error:  # reported in the table, not raised
-        traceback.print_exc()
-        result["error"] = f"{type(error).__name__}: {error}".strip()[:500]
-    emit(result)
+            return record_dataset(jax, args)
+        if algo == "bc":
+            return run_bc(jax, args, seeds)
+        return run_onpolicy(jax, args, algo, seeds)
+
+    measure_and_emit({"algo": algo, "seeds": seeds}, measure, jaxrl_settings=True, packages=("gymnax",))
 
 
 # ============================================================================ parent
 
 
 def _measure(args, algo, seeds):
-    cmd = [sys.executable, os.path.abspath(__file__), "--one", algo, str(seeds), "--evals", str(args.evals),
-           "--eval-episodes", str(args.eval_episodes), "--seed", str(args.seed), "--runs", str(args.runs),
-           "--bc-dataset-size", str(args.bc_dataset_size), "--dataset-file", args.dataset_file or ""]
-    if args.total_timesteps:
-        cmd += ["--total-timesteps", str(args.total_timesteps)]
-    if args.bc_updates:
-        cmd += ["--bc-updates", str(args.bc_updates)]
-    result = run_child(cmd, args.timeout, args.stall_timeout, args.verbose)
-    return {"algo": algo, "seeds": seeds, **result} if "error" in result else result
+    return measure_in_child(__file__, {"algo": algo, "seeds": seeds}, args,
+                            ("evals", "eval_episodes", "seed", "runs", "bc_dataset_size", "dataset_file",
+                             "total_timesteps", "bc_updates"))
 
 
 def _derive(results):
+    derive_timing(results)
     for r in results:
-        if "error" in r:
-            continue
-        r["run_s"] = min(r["run_times"])
-        r["total_compile_s"] = r["lower_s"] + r["compile_s"]
-        r["steps_per_s"] = r["seeds"] * r["steps_per_seed"] / r["run_s"] if r["steps_per_seed"] else None
-        r["updates_per_s"] = r["seeds"] * r["updates_per_seed"] / r["run_s"]
+        if "error" not in r:
+            r["updates_per_s"] = r["seeds"] * r["updates_per_seed"] / r["run_s"]
 
 
 HEADERS = ["algorithm", "seeds", "total_timesteps trained", "updates/seed", "compile s", "run s (fastest)",
@@ -235,25 +209,13 @@ def _rows(results):
     return rows
 
 
-def _settings_lines(results):
-    lines, seen = [], set()
-    for r in results:
-        if "settings" in r and r["algo"] not in seen:
-            seen.add(r["algo"])
-            lines.append(f"{LABELS[r['algo']]} settings: " + ", ".join(f"{k}={v}" for k, v in r["settings"].items()))
-    return lines
-
-
 def _print_status(result, start):
     if "error" in result:
         status = result["error"]
     elif "record_s" in result:
         status = f"recorded {result['dataset_size']:,} transitions in {result['record_s']:.1f}s"
     else:
-        status = (f"compile {result['lower_s'] + result['compile_s']:.1f}s, runs "
-                  + ", ".join(f"{t:.2f}s" for t in result["run_times"])
-                  + " (other CPU load " + ", ".join(fmt(c, ".2f") for c in result["other_cpu"]) + ")"
-                  + f", final eval return {fmt(result['final_eval_return'], '.1f')}")
+        status = timing_status(result)
     print(f"    {status} (wall {time.perf_counter() - start:.0f}s, load {os.getloadavg()[0]:.2f})",
           file=sys.stderr, flush=True)
 
@@ -304,12 +266,7 @@ def parent_main(args):
     machine.append("updates/s = seeds * gradient updates per seed / run s (A2C family: 1 per iteration; PPO: "
                    "num_epochs * num_minibatches per iteration; BC: num_updates, it takes no env steps)")
     errors = [f"{LABELS[r['algo']]} x{r['seeds']}: {r['error']}" for r in results if "error" in r]
-    others = [c for r in results for c in r.get("other_cpu", []) if c is not None]
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if others and max(others) > 0.2:
-        notes.append(f"WARNING: other processes used up to {max(others):.2f} of the {usable} usable CPUs during "
-                     "a timed run (column 'other CPU load'): those run times are inflated and noisy; compare "
-                     "the fastest runs, or rerun on a quiet machine.")
+    notes += other_cpu_warning(results)
     evaluation = (f"evaluation: {args.evals} x {args.eval_episodes} episodes per run, deterministic policy, inside "
                   "the timed run (not counted in env steps/s)" if args.evals else "evaluation: off")
     config_note = ("Configs: defaults but num_reports=0 (no host callbacks)"
@@ -329,18 +286,15 @@ def parent_main(args):
         print("error: " + line)
     for line in machine + [evaluation, config_note] + notes:
         print(line)
-    for line in _settings_lines(results):
+    for line in settings_lines(results, lambda r: LABELS[r["algo"]]):
         print(" - " + line)
 
     if args.markdown:
         md = [f"## {title}", "", markdown_table(HEADERS, rows), ""]
         md += [f"- error: {line}" for line in errors]
         md += [f"- {line}" for line in machine + [evaluation, config_note] + notes]
-        md += [f"- {line}" for line in _settings_lines(results)]
-        md += ["", "Raw results:", "", "```json", json.dumps(results, indent=1, default=str), "```", ""]
-        with open(args.markdown, "w") as f:
-            f.write("\n".join(md))
-        print(f"\nwrote {args.markdown}")
+        md += [f"- {line}" for line in settings_lines(results, lambda r: LABELS[r["algo"]])]
+        write_markdown(args.markdown, md, results)
     return 0 if any("error" not in r for r in results) else 1
 
 
@@ -369,34 +323,22 @@ def main(argv=None):
                         help="evaluations per run, 0 = off (default: %(default)s, the Configs' default)")
     parser.add_argument("--eval-episodes", type=int, default=10,
                         help="episodes per evaluation (default: %(default)s, the Configs' default)")
-    parser.add_argument("--runs", type=int, default=None,
-                        help="timed runs of the compiled function per measurement; the fastest is "
-                             "reported (default: 2, --quick: 1)")
-    parser.add_argument("--seed", type=int, default=0, help="base PRNG seed (default: %(default)s)")
-    parser.add_argument("--timeout", type=float, default=3600, help="seconds per measurement (default: %(default)s)")
-    parser.add_argument("--stall-timeout", type=float, default=180,
-                        help="kill a measurement whose process uses no CPU for this many seconds, "
-                             "i.e. is hung (Linux only; default: %(default)s)")
-    parser.add_argument("--markdown", metavar="MD", help="write the table (and raw results) as Markdown")
-    parser.add_argument("--verbose", action="store_true", help="show a failed measurement's traceback")
-    parser.add_argument("--one", nargs=2, metavar=("ALGO", "SEEDS"), help=argparse.SUPPRESS)
+    add_common_arguments(parser, ("ALGO", "SEEDS"))
     parser.add_argument("--dataset-file", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args = parse_arguments(parser, argv)
     args.algos = list(dict.fromkeys(args.algos))
     args.seeds = list(dict.fromkeys(args.seeds))
     if args.quick:
         args.total_timesteps = args.total_timesteps or QUICK_TIMESTEPS
         args.bc_updates = args.bc_updates or QUICK_BC_UPDATES
-    if args.runs is None:
-        args.runs = 1 if args.quick else 2
     if args.total_timesteps is not None and args.total_timesteps < 4_000:
         parser.error("--total-timesteps must be at least 4,000 (one REINFORCE iteration: 8 envs x 500 steps)")
     if args.bc_updates is not None and args.bc_updates < 1:
         parser.error("--bc-updates must be >= 1")
     if args.bc_dataset_size < 256 or args.bc_dataset_size % 10:
         parser.error("--bc-dataset-size must be a multiple of 10 and at least bc.Config's batch_size, 256")
-    if args.evals < 0 or args.eval_episodes < 1 or args.runs < 1:
-        parser.error("--evals must be >= 0, --eval-episodes >= 1, --runs >= 1")
+    if args.evals < 0 or args.eval_episodes < 1:
+        parser.error("--evals must be >= 0, --eval-episodes >= 1")
     if args.one:
         child_main(args)
         return 0

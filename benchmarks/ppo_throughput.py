@@ -34,16 +34,14 @@ it was in, instead of stopping the benchmark.
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import os
-import platform
 import shlex
 import sys
 import time
-import traceback
 
-from _harness import emit, fmt, last_finite, nanmean, phase, run_child, setup_jax
+from _harness import (add_common_arguments, add_peer_arguments, derive_timing, fmt, last_finite, machine_lines,
+                      markdown_table, measure_and_emit, measure_in_child, nanmean, parse_arguments, peer_missing,
+                      peer_ratios, rejax_env, rejax_returns, text_table, time_compiled, write_markdown)
 
 ENV_ID = "CartPole-v1"
 
@@ -79,27 +77,6 @@ NOTES = [
 # ============================================================================ child
 
 
-def _time_compiled(jax, fn, args, runs):
-    """(lower_s, compile_s, [run_s...], output of the last run)."""
-    phase("lowering")
-    t0 = time.perf_counter()
-    lowered = jax.jit(fn).lower(*args)
-    t1 = time.perf_counter()
-    phase("compiling")
-    compiled = lowered.compile()
-    t2 = time.perf_counter()
-    run_times, out = [], None
-    for run in range(runs):
-        del out  # free the previous run's output before the next
-        phase(f"run {run + 1} of {runs} (compiled in {t2 - t0:.1f} s; runs so far: "
-               f"{', '.join(f'{t:.2f}' for t in run_times) or 'none'})")
-        start = time.perf_counter()
-        out = jax.block_until_ready(compiled(*args))
-        run_times.append(time.perf_counter() - start)
-    phase("collecting results")
-    return t1 - t0, t2 - t1, run_times, out
-
-
 def run_jaxrl(jax, args, seeds):
     import dataclasses
 
@@ -115,7 +92,7 @@ def run_jaxrl(jax, args, seeds):
 
     keys = jax.random.split(jax.random.key(args.seed), seeds)
     train = jax.vmap(ppo.train, in_axes=(0, None))
-    lower_s, compile_s, run_times, out = _time_compiled(jax, train, (keys, config), args.runs)
+    lower_s, compile_s, run_times, out, _ = time_compiled(jax, train, (keys, config), args.runs)
     metrics = jax.device_get(out.metrics)
     steps_per_seed = int(metrics["timesteps"][0, -1])
     settings = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
@@ -171,9 +148,7 @@ def _rejax_ppo_class(stock_optimizer):
 
 
 def run_rejax(jax, args, seeds):
-    import gymnax
     import rejax.evaluate
-    from gymnax.wrappers import LegacyStepAPIWrapper, LogWrapper
 
     p = PUREJAXRL
     batch = p["num_envs"] * p["num_steps"]
@@ -186,15 +161,7 @@ def run_rejax(jax, args, seeds):
     eval_freq = per_block * batch
     total_timesteps = num_blocks * eval_freq  # rejax runs ceil(total / eval_freq) blocks
 
-    class Env(LegacyStepAPIWrapper):
-        # rejax deep-copies its config (in create() and in its `config` property, which
-        # init_state touches); the gymnax wrappers' __getattr__ recurses forever on the
-        # half-built copy. Envs are stateless, so sharing is a correct copy.
-        def __deepcopy__(self, memo):
-            return self
-
-    base_env, env_params = gymnax.make(ENV_ID)
-    env = Env(LogWrapper(base_env))
+    env, env_params = rejax_env(ENV_ID)
     cls = _rejax_ppo_class(args.rejax_stock_optimizer)
     extra = {} if args.rejax_stock_optimizer else {
         "num_updates": num_blocks * per_block * p["num_epochs"] * p["num_minibatches"]}
@@ -225,14 +192,11 @@ def run_rejax(jax, args, seeds):
 
     keys = jax.random.split(jax.random.key(args.seed), seeds)
     train = jax.vmap(algo.train)
-    lower_s, compile_s, run_times, out = _time_compiled(jax, train, (keys,), args.runs)
+    lower_s, compile_s, run_times, out, _ = time_compiled(jax, train, (keys,), args.runs)
     ts, (lengths, returns) = jax.device_get(out)
     import numpy as np
 
     steps_per_seed = int(np.asarray(ts.global_step).reshape(-1)[0])
-    log_state = ts.env_state  # LogEnvState [seeds, num_envs]
-    valid = np.asarray(log_state.returned_episode_valid)
-    last_returns = np.where(valid, np.asarray(log_state.returned_episode_returns, np.float64), np.nan)
     settings = {
         "num_envs": algo.num_envs, "num_steps": algo.num_steps, "num_epochs": algo.num_epochs,
         "num_minibatches": algo.num_minibatches, "total_timesteps": algo.total_timesteps,
@@ -250,10 +214,7 @@ def run_rejax(jax, args, seeds):
     return dict(
         lower_s=lower_s, compile_s=compile_s, run_times=run_times, steps_per_seed=steps_per_seed,
         iterations=num_blocks * per_block,
-        final_eval_return=float(np.mean(np.asarray(returns)[:, -1])) if args.evals else float("nan"),
-        final_train_return=nanmean(np.nanmean(last_returns, axis=-1)) if np.isfinite(last_returns).any()
-        else float("nan"),
-        evals_done=int(np.asarray(returns).shape[1]) if args.evals else 0,
+        **rejax_returns(ts, returns, args.evals),
         evaluation=f"{args.evals} x {eval_episodes} episodes, stochastic" if args.evals else "off",
         settings={k: repr(v) for k, v in settings.items()},
     )
@@ -261,64 +222,24 @@ def run_rejax(jax, args, seeds):
 
 def child_main(args):
     library, seeds = args.one[0], int(args.one[1])
-    result = {"library": library, "seeds": seeds}
-    try:
-        if library == "jaxrl" or args.peer_with_jaxrl_settings:
-            # jaxrl applies these on import (jaxrl/_xla.py); a peer runs as its own users
-            # run it unless asked to run under the same process settings.
-            from jaxrl._xla import configure
 
-            configure()
-        jax = setup_jax()
-        import importlib.metadata as md
+    def measure(jax):
+        return {"jaxrl": run_jaxrl, "rejax": run_rejax}[library](jax, args, seeds)
 
-        result["machine"] = dict(
-            jax=jax.__version__, jaxlib=md.version("jaxlib"), backend=jax.default_backend(),
-            devices=[str(d) for d in jax.devices()],
-            compilation_cache=bool(jax.config.jax_enable_compilation_cache),
-            xla_flags=os.environ.get("XLA_FLAGS", ""),
-        )
-        result["loadavg_before"] = os.getloadavg()
-        runner = {"jaxrl": run_jaxrl, "rejax": run_rejax}[library]
-        if library == "rejax":
-            result["machine"]["rejax"] = md.version("rejax")
-        result["machine"]["gymnax"] = md.version("gymnax")
-        result.update(runner(jax, args, seeds))
-        result["loadavg_after"] = os.getloadavg()
-    except Exception as error:  # reported in the table, not raised
-        traceback.print_exc()
-        result["error"] = f"{type(error).__name__}: {error}".strip()[:500]
-    emit(result)
+    # jaxrl applies its XLA settings on import (jaxrl/_xla.py); a peer runs as its own users
+    # run it unless asked to run under the same process settings.
+    measure_and_emit({"library": library, "seeds": seeds}, measure,
+                     jaxrl_settings=library == "jaxrl" or args.peer_with_jaxrl_settings,
+                     packages=("gymnax", "rejax") if library == "rejax" else ("gymnax",))
 
 
 # ============================================================================ parent
 
 
 def _measure(args, library, seeds):
-    cmd = [sys.executable, os.path.abspath(__file__), "--one", library, str(seeds),
-           "--total-timesteps", str(args.total_timesteps), "--evals", str(args.evals),
-           "--eval-episodes", str(args.eval_episodes), "--seed", str(args.seed), "--runs", str(args.runs)]
-    if args.rejax_stock_optimizer:
-        cmd.append("--rejax-stock-optimizer")
-    if args.peer_with_jaxrl_settings:
-        cmd.append("--peer-with-jaxrl-settings")
-    result = run_child(cmd, args.timeout, args.stall_timeout, args.verbose)
-    return {"library": library, "seeds": seeds, **result} if "error" in result else result
-
-
-def _derive(results):
-    for r in results:
-        if "error" in r:
-            continue
-        r["run_s"] = min(r["run_times"])
-        r["total_compile_s"] = r["lower_s"] + r["compile_s"]
-        r["steps_per_s"] = r["seeds"] * r["steps_per_seed"] / r["run_s"]
-    by_key = {(r["library"], r["seeds"]): r for r in results}
-    for r in results:
-        peer = by_key.get(("rejax", r["seeds"]))
-        if r["library"] == "jaxrl" and peer and "error" not in peer and "error" not in r:
-            r["ratio_steps"] = r["steps_per_s"] / peer["steps_per_s"]
-            r["ratio_compile"] = r["total_compile_s"] / peer["total_compile_s"]
+    return measure_in_child(__file__, {"library": library, "seeds": seeds}, args,
+                            ("total_timesteps", "evals", "eval_episodes", "seed", "runs",
+                             "rejax_stock_optimizer", "peer_with_jaxrl_settings"))
 
 
 HEADERS = ["library", "seeds", "steps/seed", "compile s", "run s (fastest)", "all runs s", "steps/s",
@@ -340,43 +261,6 @@ def _rows(results):
             fmt(r.get("ratio_compile"), ".2f") + ("x" if "ratio_compile" in r else ""),
         ])
     return rows
-
-
-def _text_table(rows):
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(HEADERS)]
-    line = lambda cells: "  ".join(c.rjust(w) if i not in (0, 9) else c.ljust(w)  # noqa: E731
-                                   for i, (c, w) in enumerate(zip(cells, widths)))
-    return "\n".join([line(HEADERS), line(["-" * w for w in widths])] + [line(row) for row in rows])
-
-
-def _markdown_table(rows):
-    out = ["| " + " | ".join(HEADERS) + " |", "|" + "|".join("---" for _ in HEADERS) + "|"]
-    return "\n".join(out + ["| " + " | ".join(row) + " |" for row in rows])
-
-
-def _machine_lines(results, command):
-    info = next((r["machine"] for r in results if "machine" in r), {})
-    try:
-        affinity = len(os.sched_getaffinity(0))
-    except AttributeError:
-        affinity = "?"
-    loads = [r.get("loadavg_before") for r in results if r.get("loadavg_before")]
-    return [
-        f"command: {command}",
-        f"python {platform.python_version()} ({sys.executable}), {platform.platform()}, "
-        f"{platform.processor() or platform.machine()}",
-        f"cpu count: {os.cpu_count()} (usable: {affinity}); load average (1 min) before each "
-        f"measurement: {', '.join(f'{l[0]:.2f}' for l in loads) or '-'}",
-        f"jax {info.get('jax', '?')}, jaxlib {info.get('jaxlib', '?')}, backend {info.get('backend', '?')}, "
-        f"devices {info.get('devices', '?')}, gymnax {info.get('gymnax', '?')}, "
-        f"rejax {next((r['machine']['rejax'] for r in results if 'rejax' in r.get('machine', {})), '-')}",
-        "each measurement in a fresh subprocess, persistent compilation cache off; "
-        "compile s = lower + compile; run s = the fastest of "
-        f"{len(next((r['run_times'] for r in results if 'run_times' in r), [])) or '?'} runs of the compiled "
-        "function, all listed in order (the first includes no compilation; on a shared machine the fastest "
-        "is the better estimate); "
-        "steps/s = seeds * steps/seed / run s",
-    ]
 
 
 def _errors(results):
@@ -427,17 +311,9 @@ def _plot(results, path):
 
 
 def parent_main(args):
-    import importlib.util
-
     command = shlex.join(["python"] + sys.argv)
-    libraries = ["jaxrl"]
-    peer_note = None
-    if args.no_peers:
-        peer_note = "rejax: not run (--no-peers)"
-    elif importlib.util.find_spec("rejax") is None:
-        peer_note = "rejax: not installed (pip install rejax), peer comparison skipped"
-    else:
-        libraries.append("rejax")
+    peer_note = peer_missing("rejax", args.no_peers)
+    libraries = ["jaxrl"] + ([] if peer_note else ["rejax"])
 
     results = []
     plan = [(library, seeds) for seeds in args.seeds for library in libraries]
@@ -450,12 +326,13 @@ def parent_main(args):
             f"compile {result['lower_s'] + result['compile_s']:.1f}s, runs "
             + ", ".join(f"{t:.2f}s" for t in result["run_times"]))
         print(f"    {status} (wall {time.perf_counter() - start:.0f}s)", file=sys.stderr, flush=True)
-    _derive(results)
+    derive_timing(results)
+    peer_ratios(results)
     rows = _rows(results)
 
     title = (f"PPO on {ENV_ID} at PureJaxRL's configuration, {args.total_timesteps:,} total timesteps, "
              f"seeds vmapped: {', '.join(map(str, args.seeds))}")
-    machine = _machine_lines(results, command)
+    machine = machine_lines(results, command, other_cpu=False)
     errors = _errors(results)
     extra = ([peer_note] if peer_note else []) + (
         [] if args.rejax_stock_optimizer or "rejax" not in libraries else
@@ -465,7 +342,7 @@ def parent_main(args):
     print()
     print(title)
     print()
-    print(_text_table(rows))
+    print(text_table(HEADERS, rows, left=(0, 9)))
     print()
     for line in errors:
         print("error: " + line)
@@ -479,15 +356,12 @@ def parent_main(args):
         print(" - " + line)
 
     if args.markdown:
-        md = [f"## {title}", "", _markdown_table(rows), ""]
+        md = [f"## {title}", "", markdown_table(HEADERS, rows), ""]
         md += [f"- error: {line}" for line in errors]
         md += [f"- {line}" for line in machine + extra]
         md += [f"- {note}" for note in NOTES]
         md += [f"- {line}" for line in _settings_lines(results)]
-        md += ["", "Raw results:", "", "```json", json.dumps(results, indent=1, default=str), "```", ""]
-        with open(args.markdown, "w") as f:
-            f.write("\n".join(md))
-        print(f"\nwrote {args.markdown}")
+        write_markdown(args.markdown, md, results)
     if args.plot:
         if any("error" not in r for r in results):
             _plot(results, args.plot)
@@ -504,7 +378,6 @@ def main(argv=None):
                         help="env steps per seed (default: %(default)s, PureJaxRL's)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 8],
                         help="numbers of vmapped seeds to measure (default: 1 8)")
-    parser.add_argument("--no-peers", action="store_true", help="measure jaxrl only, even if rejax is installed")
     parser.add_argument("--evals", type=int, default=10,
                         help="periodic evaluations per run on both sides, 0 = off (default: %(default)s, "
                              "jaxrl's ppo.Config default)")
@@ -512,26 +385,14 @@ def main(argv=None):
                         help="episodes per evaluation on both sides (default: %(default)s)")
     parser.add_argument("--rejax-stock-optimizer", action="store_true",
                         help="keep rejax's own optimiser (constant LR, element-wise clip) instead of PureJaxRL's")
-    parser.add_argument("--peer-with-jaxrl-settings", action="store_true",
-                        help="run rejax under the XLA settings jaxrl applies on import (jaxrl/_xla.py) "
-                             "instead of JAX's defaults")
-    parser.add_argument("--runs", type=int, default=2,
-                        help="timed runs of the compiled function per measurement; the fastest is "
-                             "reported (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="base PRNG seed (default: %(default)s)")
-    parser.add_argument("--timeout", type=float, default=3600, help="seconds per measurement (default: %(default)s)")
-    parser.add_argument("--stall-timeout", type=float, default=180,
-                        help="kill a measurement whose process uses no CPU for this many seconds, "
-                             "i.e. is hung (Linux only; default: %(default)s)")
+    add_peer_arguments(parser, "rejax")
     parser.add_argument("--plot", metavar="PNG", help="write a bar chart of steps/s and compile time")
-    parser.add_argument("--markdown", metavar="MD", help="write the table (and raw results) as Markdown")
-    parser.add_argument("--verbose", action="store_true", help="show a failed measurement's traceback")
-    parser.add_argument("--one", nargs=2, metavar=("LIBRARY", "SEEDS"), help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    add_common_arguments(parser, ("LIBRARY", "SEEDS"), quick=False)
+    args = parse_arguments(parser, argv)
     if args.total_timesteps < PUREJAXRL["num_envs"] * PUREJAXRL["num_steps"]:
         parser.error("--total-timesteps must be at least num_envs * num_steps = 512")
-    if any(s < 1 for s in args.seeds) or args.evals < 0 or args.eval_episodes < 1 or args.runs < 1:
-        parser.error("--seeds must be >= 1, --evals >= 0, --eval-episodes >= 1, --runs >= 1")
+    if any(s < 1 for s in args.seeds) or args.evals < 0 or args.eval_episodes < 1:
+        parser.error("--seeds must be >= 1, --evals >= 0, --eval-episodes >= 1")
     if args.one:
         child_main(args)
         return 0
