@@ -55,8 +55,6 @@ class Config(onpolicy.Config):
     estimator, the policy lag and V-trace's truncation. Static fields fix the program;
     the rest can be traced and vmapped."""
 
-    ALGORITHM = "A2C"  # named in error messages (not a field)
-
     num_envs: int = static(16)
     num_steps: Any = static(8)               # rollout length; None: the env's time limit (monte_carlo)
     total_timesteps: int = static(200_000)

@@ -25,8 +25,6 @@ from jaxrl.config import static
 class Config(a2c.Config):
     """A2C's Config with IMPALA's defaults (see :class:`jaxrl.algorithms.a2c.Config`)."""
 
-    ALGORITHM = "IMPALA"
-
     advantage: str = static("vtrace")
     policy_lag: int = static(1)
 

@@ -27,8 +27,6 @@ from jaxrl.config import static
 class Config(a2c.Config):
     """A2C's Config with REINFORCE's defaults (see :class:`jaxrl.algorithms.a2c.Config`)."""
 
-    ALGORITHM = "REINFORCE"
-
     advantage: str = static("monte_carlo")
     num_envs: int = static(8)
     num_steps: Any = static(None)            # the env's time limit: every first episode ends
