@@ -3,12 +3,13 @@ deterministic evaluation and progress reports, all inside one compiled program."
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from jaxrl import logging as jaxrl_logging
+from jaxrl.types import TrainOutput
 
 # Reported where a step's metrics have them: env steps for RL, gradient ``updates`` for
 # learning from a fixed dataset (behaviour cloning).
@@ -20,43 +21,67 @@ def is_checkpoint(iteration: jax.Array, num_iterations: int, count: int) -> jax.
     return (iteration + 1) * count // num_iterations > iteration * count // num_iterations
 
 
-def iterate(step: Callable, evaluate: Callable, state, run_key: jax.Array, start: int, stop: int,
-            num_iterations: int, num_evals: int, num_reports: int):
-    """Run iterations ``start .. stop - 1`` of a run of ``num_iterations``.
+class Program(NamedTuple):
+    """A training run, in the pieces that :func:`train` fuses into one scan and
+    :mod:`jaxrl.runner` drives in chunks. Every algorithm's ``program(config)`` builds one.
 
-    Args:
-      step: ``step(state, key, index) -> (state, metrics)``, iteration ``index`` (an
-        int32 scalar from the scan: unbatched under ``vmap``, so branching on it
-        with ``lax.cond`` skips work rather than masking it).
-      evaluate: ``evaluate(params, key) -> EvalResult``, run at ``num_evals`` evenly
-        spread iterations of the whole run; elsewhere ``eval_return`` / ``eval_length``
-        are NaN.
-      run_key: iteration ``i`` uses keys derived from ``fold_in(run_key, i)``, so a run
-        split into several calls draws the same keys as one call.
-      num_reports: progress reports (:func:`jaxrl.logging.report`) over the whole run.
-    Returns ``(state, metrics)`` with metric leaves ``[stop - start]``.
+    Attributes:
+      init: ``init(key) -> state``.
+      iteration: ``iteration(state, key, index) -> (state, metrics)``, iteration
+        ``index`` (an int32 scalar from the scan: unbatched under ``vmap``, so branching
+        on it with ``lax.cond`` skips work rather than masking it).
+      evaluate: ``evaluate(params, key) -> EvalResult``.
+      num_iterations: iterations in the whole run (schedules depend on it).
+      num_evals: evaluations, spread evenly over the run; ``eval_return`` /
+        ``eval_length`` are NaN between them.
+      num_reports: progress reports (:func:`jaxrl.logging.report`) over the run.
+    """
+
+    init: Callable
+    iteration: Callable
+    evaluate: Callable
+    num_iterations: int
+    num_evals: int
+    num_reports: int
+
+
+def iterate(program: Program, state, run_key: jax.Array, start, length: int):
+    """Run iterations ``start .. start + length - 1`` of ``program``.
+
+    ``start`` may be traced (one compiled chunk serves every chunk of a run);
+    ``length`` is static. Iteration ``i`` uses keys derived from ``fold_in(run_key, i)``,
+    so a run split into several calls draws the same keys as one call.
+    Returns ``(state, metrics)`` with metric leaves ``[length]``.
     """
 
     def iteration(state, index):
         step_key, eval_key = jax.random.split(jax.random.fold_in(run_key, index))
-        state, metrics = step(state, step_key, index)
+        state, metrics = program.iteration(state, step_key, index)
 
         def run_eval():
-            result = evaluate(state.params, eval_key)
+            result = program.evaluate(state.params, eval_key)
             return jnp.mean(result.returns), jnp.mean(result.lengths.astype(jnp.float32))
 
         # ``index`` comes from the scan, not from vmapped data, so this stays a real
         # branch (evaluation is skipped, not masked) under vmap over seeds or configs.
         nan = jnp.full((), jnp.nan, jnp.float32)
         metrics["eval_return"], metrics["eval_length"] = jax.lax.cond(
-            is_checkpoint(index, num_iterations, num_evals), run_eval, lambda: (nan, nan)
+            is_checkpoint(index, program.num_iterations, program.num_evals), run_eval, lambda: (nan, nan)
         )
-        if num_reports:
+        if program.num_reports:
             jax.lax.cond(
-                is_checkpoint(index, num_iterations, num_reports),
+                is_checkpoint(index, program.num_iterations, program.num_reports),
                 lambda: jaxrl_logging.report({k: metrics[k] for k in REPORTED if k in metrics}),
                 lambda: None,
             )
         return state, metrics
 
-    return jax.lax.scan(iteration, state, jnp.arange(start, stop))
+    return jax.lax.scan(iteration, state, start + jnp.arange(length, dtype=jnp.int32))
+
+
+def train(program: Program, key: jax.Array) -> TrainOutput:
+    """``program.init`` then all ``program.num_iterations`` iterations in one
+    ``lax.scan``. Metric leaves are ``[num_iterations]``."""
+    init_key, run_key = jax.random.split(key)
+    state, metrics = iterate(program, program.init(init_key), run_key, 0, program.num_iterations)
+    return TrainOutput(state, metrics)

@@ -19,7 +19,6 @@ import jax.numpy as jnp
 from jaxrl import envs, loop, rollout
 from jaxrl.buffers import prioritized, replay
 from jaxrl.config import require_int
-from jaxrl.types import TrainOutput
 
 
 class ReplaySchedule:
@@ -180,14 +179,12 @@ def random_step(state, key: jax.Array, config, learner_metrics):
     return state, metrics
 
 
-def train(init: Callable, step: Callable, warmup_step: Callable, evaluate: Callable, key: jax.Array, config):
-    """An off-policy algorithm's ``train``: ``init(key, config)``, then
-    ``config.num_iterations`` iterations in one scan, ``warmup_step(state, key, config)``
-    for the first ``config.warmup_iterations`` and ``step(state, key, config)`` after,
-    with ``evaluate(params, key, config)`` at ``config.num_evals`` points. Both steps
-    must return metrics with the same names. Returns a :class:`TrainOutput` with metric
-    leaves ``[num_iterations]`` (``eval_*`` NaN between evaluations)."""
-    init_key, run_key = jax.random.split(key)
+def program(init: Callable, step: Callable, warmup_step: Callable, evaluate: Callable, config) -> loop.Program:
+    """The :class:`jaxrl.loop.Program` of an off-policy algorithm: ``init(key, config)``,
+    then ``config.num_iterations`` iterations, ``warmup_step(state, key, config)`` for the
+    first ``config.warmup_iterations`` and ``step(state, key, config)`` after, with
+    ``evaluate(params, key, config)`` at ``config.num_evals`` points. Both steps must
+    return metrics with the same names."""
 
     def iteration(state, key, index):
         # ``index`` is the scan's own counter: unbatched under vmap, so this is a real
@@ -195,7 +192,7 @@ def train(init: Callable, step: Callable, warmup_step: Callable, evaluate: Calla
         return jax.lax.cond(index < config.warmup_iterations, functools.partial(warmup_step, config=config),
                             functools.partial(step, config=config), state, key)
 
-    state, metrics = loop.iterate(iteration, functools.partial(evaluate, config=config), init(init_key, config),
-                                  run_key, 0, config.num_iterations, config.num_iterations, config.num_evals,
-                                  config.num_reports)
-    return TrainOutput(state, metrics)
+    return loop.Program(
+        init=lambda key: init(key, config), iteration=iteration, evaluate=functools.partial(evaluate, config=config),
+        num_iterations=config.num_iterations, num_evals=config.num_evals, num_reports=config.num_reports,
+    )

@@ -19,7 +19,7 @@ from jaxrl import envs, evaluation, loop, rollout
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.distributions import Categorical, Normal
 from jaxrl.networks import ActorCritic
-from jaxrl.types import Trajectory, TrainOutput
+from jaxrl.types import Trajectory
 
 OPTIMIZERS = ("adam", "rmsprop")
 
@@ -233,15 +233,13 @@ def evaluate(params: dict, key: jax.Array, config) -> evaluation.EvalResult:
     return evaluation.evaluate_config(act, params, key, config)
 
 
-def train(init: Callable, step: Callable, key: jax.Array, config) -> TrainOutput:
-    """``init(key, config)`` then ``num_iterations`` of ``step(state, key, config)`` in one
-    ``lax.scan``, with periodic deterministic evaluation (``eval_return`` /
-    ``eval_length``, NaN elsewhere) and progress reports. Metric leaves are
-    ``[num_iterations]``."""
-    init_key, run_key = jax.random.split(key)
-    iterations = config.num_iterations
-    state, metrics = loop.iterate(
-        lambda state, key, index: step(state, key, config), lambda params, key: evaluate(params, key, config),
-        init(init_key, config), run_key, 0, iterations, iterations, config.num_evals, config.num_reports,
+def program(init: Callable, step: Callable, config) -> loop.Program:
+    """The :class:`jaxrl.loop.Program` of an on-policy algorithm: ``init(key, config)``,
+    then ``num_iterations`` of ``step(state, key, config)``, evaluated deterministically
+    at ``config.num_evals`` points."""
+    return loop.Program(
+        init=lambda key: init(key, config),
+        iteration=lambda state, key, index: step(state, key, config),
+        evaluate=lambda params, key: evaluate(params, key, config),
+        num_iterations=config.num_iterations, num_evals=config.num_evals, num_reports=config.num_reports,
     )
-    return TrainOutput(state, metrics)

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import envs, onpolicy, returns, rollout
+from jaxrl import envs, loop, onpolicy, returns, rollout
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_range, static
 from jaxrl.onpolicy import State, act, evaluate, make_env, make_network, policy_and_value
 from jaxrl.types import Trajectory, TrainOutput
@@ -198,10 +198,15 @@ def step(state: State, key: jax.Array, config: Config):
     return state, metrics
 
 
+def program(config: Config) -> loop.Program:
+    """The run as a :class:`jaxrl.loop.Program` (for :mod:`jaxrl.runner`'s chunked training)."""
+    return onpolicy.program(init, step, config)
+
+
 def train(key: jax.Array, config: Config) -> TrainOutput:
     """``init`` then ``num_iterations`` of :func:`step` in one ``lax.scan``.
 
     Metrics leaves are ``[num_iterations]``: those of :func:`step`, plus
     ``eval_return`` / ``eval_length`` (NaN except at the ``num_evals`` evaluation points).
     """
-    return onpolicy.train(init, step, key, config)
+    return loop.train(program(config), key)

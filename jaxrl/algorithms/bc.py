@@ -212,6 +212,31 @@ def evaluate(params: dict, key: jax.Array, config: Config) -> evaluation.EvalRes
     return evaluation.evaluate_config(act, params, key, config)
 
 
+def program(config: Config, dataset: data.Dataset | None = None) -> loop.Program:
+    """The run as a :class:`jaxrl.loop.Program`: ``init`` on ``dataset`` (or the file
+    at ``config.dataset_path``, read when ``init`` runs) then ``num_updates`` of :func:`step`."""
+
+    def init_run(key):
+        return init(key, config, load_config_dataset(config) if dataset is None else dataset)
+
+    return loop.Program(
+        init=init_run, iteration=lambda state, key, index: step(state, key, config),
+        evaluate=functools.partial(evaluate, config=config),
+        num_iterations=config.num_updates, num_evals=config.num_evals, num_reports=config.num_reports,
+    )
+
+
+def load_config_dataset(config: Config) -> data.Dataset:
+    """The dataset at ``config.dataset_path`` (ValueError if unset, FileNotFoundError if missing)."""
+    if not config.dataset_path:
+        raise ValueError("bc.train needs a dataset: pass one, or set dataset_path to a file "
+                         "written by jaxrl.data.save_dataset")
+    try:
+        return data.load_dataset(config.dataset_path, config.env_id, config.env_kwargs)
+    except FileNotFoundError as error:
+        raise FileNotFoundError(f"dataset_path {config.dataset_path!r}: no such file") from error
+
+
 def train(key: jax.Array, config: Config, dataset: data.Dataset | None = None) -> TrainOutput:
     """``init`` then ``num_updates`` of :func:`step` in one ``lax.scan``.
 
@@ -221,18 +246,4 @@ def train(key: jax.Array, config: Config, dataset: data.Dataset | None = None) -
     argument). Metrics leaves are ``[num_updates]``: those of :func:`step`, plus
     ``eval_return`` / ``eval_length`` (NaN except at the ``num_evals`` evaluation points).
     """
-    if dataset is None:
-        if not config.dataset_path:
-            raise ValueError("bc.train needs a dataset: pass one, or set dataset_path to a file "
-                             "written by jaxrl.data.save_dataset")
-        try:
-            dataset = data.load_dataset(config.dataset_path, config.env_id, config.env_kwargs)
-        except FileNotFoundError as error:
-            raise FileNotFoundError(f"dataset_path {config.dataset_path!r}: no such file") from error
-    init_key, run_key = jax.random.split(key)
-    state, metrics = loop.iterate(
-        lambda state, key, index: step(state, key, config), functools.partial(evaluate, config=config),
-        init(init_key, config, dataset), run_key, 0, config.num_updates,
-        config.num_updates, config.num_evals, config.num_reports,
-    )
-    return TrainOutput(state, metrics)
+    return loop.train(program(config, dataset), key)

@@ -18,7 +18,7 @@ from flax import struct
 from jaxrl.algorithms import a2c
 from jaxrl.algorithms.a2c import (
     State, act, evaluate, first_episode_mask, init, loss_fn, make_env, make_network, policy_and_value, step,
-    targets, train, update,
+    program, targets, train, update,
 )
 from jaxrl.config import static
 
@@ -37,5 +37,5 @@ class Config(a2c.Config):
 
 __all__ = [  # the algorithm contract: A2C's functions with this Config
     "Config", "State", "act", "evaluate", "first_episode_mask", "init", "loss_fn", "make_env", "make_network",
-    "policy_and_value", "step", "targets", "train", "update",
+    "policy_and_value", "program", "step", "targets", "train", "update",
 ]

@@ -22,7 +22,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from jaxrl import envs, evaluation, offpolicy, rollout
+from jaxrl import envs, evaluation, loop, offpolicy, rollout
 from jaxrl.algorithms.ddpg import require_box_actions
 from jaxrl.config import freeze_mapping, require_network, require_range, static
 from jaxrl.distributions import Categorical, TanhNormal
@@ -310,9 +310,14 @@ def evaluate(params: dict, key: jax.Array, config: Config) -> evaluation.EvalRes
     return evaluation.evaluate_config(act, params, key, config)
 
 
+def program(config: Config) -> loop.Program:
+    """The run as a :class:`jaxrl.loop.Program` (for :mod:`jaxrl.runner`'s chunked training)."""
+    return offpolicy.program(init, step, warmup_step, evaluate, config)
+
+
 def train(key: jax.Array, config: Config) -> TrainOutput:
     """``init``, then ``num_iterations`` iterations in one scan: :func:`warmup_step` for
     the first ``warmup_iterations``, :func:`step` after. Metric leaves are
     ``[num_iterations]``, with ``eval_return`` / ``eval_length`` NaN except at the
     ``num_evals`` evaluation points."""
-    return offpolicy.train(init, step, warmup_step, evaluate, key, config)
+    return loop.train(program(config), key)

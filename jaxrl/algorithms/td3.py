@@ -16,7 +16,7 @@ from flax import struct
 from jaxrl.algorithms import ddpg
 from jaxrl.algorithms.ddpg import (
     LEARNER_METRICS, State, act, actor_loss, critic_loss, critic_target, env_spec, evaluate, init, make_actor,
-    make_critic, make_optimizer, step, train, update, warmup_step,
+    make_critic, make_optimizer, program, step, train, update, warmup_step,
 )
 from jaxrl.config import static
 
@@ -34,5 +34,6 @@ class Config(ddpg.Config):
 
 __all__ = [  # the algorithm contract: DDPG's functions with this Config
     "Config", "LEARNER_METRICS", "State", "act", "actor_loss", "critic_loss", "critic_target", "env_spec",
-    "evaluate", "init", "make_actor", "make_critic", "make_optimizer", "step", "train", "update", "warmup_step",
+    "evaluate", "init", "make_actor", "make_critic", "make_optimizer", "program", "step", "train",
+    "update", "warmup_step",
 ]
