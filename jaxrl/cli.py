@@ -1,4 +1,5 @@
-"""Command line: ``python -m jaxrl train ALGO --env ID [--seeds N] [--set field=value ...]``."""
+"""Command line: ``python -m jaxrl train ALGO --env ID [--seeds N] [--set field=value ...]`` and
+``python -m jaxrl plot RUN_DIR ...``."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import json
 import math
 import os
 import sys
-import time
 
 USAGE_ERROR = 2
 
@@ -97,6 +97,24 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--no-cache", action="store_true", help="disable the persistent compilation cache")
         sub.add_argument("--no-progress", action="store_true", help="hide the progress bar")
         sub.add_argument("--json", metavar="PATH", help="also write the summary as JSON")
+        sub.add_argument("--logdir", help="write run.json, metrics and checkpoints into this directory")
+        sub.add_argument("--loggers", default="csv",
+                         help="comma-separated: csv, jsonl, tensorboard, console (files go to --logdir; "
+                              "default: %(default)s)")
+        sub.add_argument("--chunks", type=int, default=20,
+                         help="compiled chunks the run is split into; logs and checkpoints happen between "
+                              "chunks (default: %(default)s)")
+        sub.add_argument("--checkpoint-every", type=int, default=None, metavar="CHUNKS",
+                         help="save a checkpoint every this many chunks and at the end (needs --logdir)")
+        sub.add_argument("--resume", action="store_true", help="continue the run in --logdir from its latest checkpoint")
+        sub.add_argument("--target-return", type=float, default=None,
+                         help="stop once every seed's latest evaluation return reaches this")
+        sub.add_argument("--plot", action="store_true", help="write learning curves as PNG (needs matplotlib)")
+    plot = commands.add_parser("plot", help="compare runs' learning curves (mean and 95%% CI over seeds) in a PNG")
+    plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="directories written with --logdir")
+    plot.add_argument("--metric", default="eval_return", help="metric to plot (default: %(default)s)")
+    plot.add_argument("--x", default="timesteps", help="x axis: timesteps, updates or iteration (default: %(default)s)")
+    plot.add_argument("--out", default="curves.png", help="PNG to write (default: %(default)s)")
     return parser
 
 
@@ -142,69 +160,81 @@ def _last_finite(values):
     return float(finite[-1]) if finite.size else math.nan
 
 
-def _budget(config) -> tuple[int, str, str]:
-    """``(total, counter, unit)`` of a run: env steps for algorithms that interact with
-    the env, gradient updates for those that learn from a fixed dataset (BC)."""
-    if hasattr(config, "total_timesteps"):
-        return config.total_timesteps, "timesteps", "env step"
-    return config.num_updates, "updates", "update"
-
-
 def train_command(args) -> int:
-    import jax
     import numpy as np
 
-    from jaxrl import algorithms
-    from jaxrl import logging as jaxrl_logging
+    from jaxrl import algorithms, runner
 
     module = algorithms.get(args.algorithm)
     config = make_config(module, args)
     if not args.no_cache:
+        import jax
+
         cache_dir = os.environ.get("JAXRL_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "jaxrl", "xla"))
         jax.config.update("jax_compilation_cache_dir", cache_dir)
-
-    keys = jax.random.split(jax.random.key(args.seed), args.seeds)
-    train = jax.jit(jax.vmap(module.train, in_axes=(0, None)))
-    total, counter, unit = _budget(config)
-    print(f"{args.algorithm} on {config.env_id}: {args.seeds} seed(s) x {total:,} {unit}s", flush=True)
-    start = time.perf_counter()
+    if args.chunks < 1:
+        raise UsageError(f"--chunks must be >= 1, got {args.chunks}")
+    num_iterations = module.program(config).num_iterations
+    total, counter = runner.budget(config)
+    unit = "env step" if counter == "timesteps" else "update"
+    print(f"{args.algorithm} on {config.env_id}: {args.seeds} seed(s) x {total:,} {unit}s (compiling...)", flush=True)
     try:
-        lowered = train.lower(keys, config)
+        result = runner.run(
+            module, config, seeds=args.seeds, seed=args.seed,
+            chunk_iterations=runner.default_chunk_iterations(num_iterations, min(args.chunks, num_iterations)),
+            logdir=args.logdir, loggers=args.loggers.split(",") if args.loggers else (),
+            checkpoint_every=args.checkpoint_every, resume=args.resume, target_return=args.target_return,
+            progress=not args.no_progress,
+        )
     except (ValueError, OSError) as error:
-        # Raised while building the program: a config or input (e.g. a dataset file)
-        # that init rejected, not a crash.
+        # Raised before training: a config, a logdir or an input (e.g. a dataset file)
+        # the run rejected, not a crash.
         raise UsageError(str(error)) from None
-    compiled = lowered.compile()
-    compile_time = time.perf_counter() - start
-    print(f"compiled in {compile_time:.1f} s", flush=True)
+    print(f"compiled in {result.compile_seconds:.1f} s", flush=True)
 
-    start = time.perf_counter()
-    with jaxrl_logging.progress_bar(total, disable=args.no_progress, counter=counter, unit=unit):
-        output = jax.block_until_ready(compiled(keys, config))
-    run_time = time.perf_counter() - start
-
-    metrics = jax.tree.map(np.asarray, output.metrics)
-    columns = {"eval return": [_last_finite(metrics["eval_return"][seed]) for seed in range(args.seeds)]}
+    metrics = result.metrics
+    columns = {"eval return": runner.latest_finite(metrics["eval_return"])}
     if "episode_return" in metrics:  # learning from a dataset plays no training episodes
-        columns["train return"] = [_last_finite(metrics["episode_return"][seed]) for seed in range(args.seeds)]
-    steps_per_second = args.seeds * total / run_time
+        columns["train return"] = runner.latest_finite(metrics["episode_return"])
+    done = int(np.max(metrics[counter][:, -1])) if counter in metrics and metrics[counter].size else 0
+    steps_per_second = args.seeds * done / result.run_seconds if result.run_seconds else math.nan
     print()
     print(f"{'seed':>6}" + "".join(f"  {name:>12}" for name in columns))
     for seed in range(args.seeds):
         print(f"{seed:>6}" + "".join(f"  {values[seed]:>12.1f}" for values in columns.values()))
     print(f"{'mean':>6}" + "".join(f"  {np.nanmean(values):>12.1f}" for values in columns.values()))
     print()
-    print(f"wall time {compile_time + run_time:.1f} s (compile {compile_time:.1f} s, run {run_time:.1f} s), "
-          f"{steps_per_second:,.0f} {unit}s/s")
+    if result.stopped_early:
+        print(f"every seed reached the target return {args.target_return:g} after {done:,} {unit}s")
+    print(f"wall time {result.compile_seconds + result.run_seconds:.1f} s (compile {result.compile_seconds:.1f} s, "
+          f"run {result.run_seconds:.1f} s), {steps_per_second:,.0f} {unit}s/s")
+    if args.plot:
+        from jaxrl import plots
+
+        path = os.path.join(args.logdir, "curves.png") if args.logdir else f"{args.algorithm}-{config.env_id}.png"
+        plots.plot_metrics({args.algorithm: metrics}, path, title=f"{args.algorithm} on {config.env_id}")
+        print(f"learning curves: {path}")
     if args.json:
         summary = {
             "algorithm": args.algorithm, "env_id": config.env_id, "seeds": args.seeds, f"total_{counter}": total,
-            **{name.replace(" ", "_"): values for name, values in columns.items()},
-            "compile_seconds": compile_time, "run_seconds": run_time,
+            **{name.replace(" ", "_"): [float(v) for v in values] for name, values in columns.items()},
+            "compile_seconds": result.compile_seconds, "run_seconds": result.run_seconds,
             "steps_per_second" if counter == "timesteps" else f"{counter}_per_second": steps_per_second,
+            "stopped_early": result.stopped_early, f"{counter}_done": done,
         }
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=2)
+    return 0
+
+
+def plot_command(args) -> int:
+    from jaxrl import plots
+
+    try:
+        plots.plot_runs(args.run_dirs, args.out, metric=args.metric, x=args.x)
+    except (ValueError, OSError) as error:
+        raise UsageError(str(error)) from None
+    print(f"wrote {args.out}")
     return 0
 
 
@@ -223,6 +253,8 @@ def main(argv=None) -> int:
     try:
         if args.command == "train":
             return train_command(args)
+        if args.command == "plot":
+            return plot_command(args)
     except UsageError as error:
         print(f"jaxrl: error: {error}", file=sys.stderr)
         return USAGE_ERROR

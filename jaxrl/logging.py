@@ -77,3 +77,169 @@ def progress_bar(total_timesteps: int, description: str = "training", disable: b
             yield bar
     finally:
         bar.close()
+
+
+# ----------------------------------------------------------------------------- run loggers
+#
+# The chunked runner (:mod:`jaxrl.runner`) hands each logger the rows of one chunk:
+# ``write(iterations [R], values {name: [S, R]})`` with one column per seed. Loggers write
+# every seed and the mean over seeds, and ``truncate(iteration)`` drops rows after
+# ``iteration`` (whose env-step count is ``step``) when a run resumes from a checkpoint,
+# so a resumed run's logs read as if it had never stopped.
+
+# Monotonic counters: a row shows their last value, not a mean.
+COUNTERS = ("timesteps", "updates")
+
+
+def seed_mean(values: np.ndarray) -> np.ndarray:
+    """Mean over the seed axis (0), ignoring NaN; NaN where every seed is NaN."""
+    values = np.asarray(values, dtype=np.float64)
+    count = np.sum(np.isfinite(values), axis=0)
+    total = np.sum(np.where(np.isfinite(values), values, 0.0), axis=0)
+    return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def _records(iterations: np.ndarray, values: dict):
+    """One dict per (row, seed), then the row's ``seed="mean"`` record."""
+    num_seeds = next(iter(values.values())).shape[0]
+    means = {name: np.max(column, axis=0) if name in COUNTERS else seed_mean(column) for name, column in values.items()}
+    for row, iteration in enumerate(iterations):
+        for seed in range(num_seeds):
+            yield {"iteration": int(iteration), "seed": seed, **{n: _scalar(v[seed, row]) for n, v in values.items()}}
+        yield {"iteration": int(iteration), "seed": "mean", **{n: _scalar(v[row]) for n, v in means.items()}}
+
+
+def _scalar(value):
+    value = np.asarray(value).item()
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+class FileLogger:
+    """Rows as CSV (``path`` ending ``.csv``) or JSON lines (``.jsonl``): one record per
+    iteration row and seed, plus one with ``seed="mean"``. Empty cells are NaN
+    (no episode finished, no evaluation at that row). Flushed after every chunk."""
+
+    def __init__(self, path: str):
+        import os
+
+        if not path.endswith((".csv", ".jsonl")):
+            raise ValueError(f"FileLogger path must end in .csv or .jsonl, got {path!r}")
+        self.path = path
+        self.csv = path.endswith(".csv")
+        self._columns: list[str] | None = None
+        if self.csv and os.path.exists(path):
+            with open(path) as f:
+                header = f.readline().strip()
+            self._columns = header.split(",") if header else None
+
+    def write(self, iterations: np.ndarray, values: dict) -> None:
+        import csv
+        import json
+
+        records = list(_records(iterations, values))
+        with open(self.path, "a", newline="") as f:
+            if not self.csv:
+                f.writelines(json.dumps(record) + "\n" for record in records)
+                return
+            if self._columns is None:
+                self._columns = list(records[0])
+                f.write(",".join(self._columns) + "\n")
+            writer = csv.DictWriter(f, self._columns, extrasaction="ignore", restval="")
+            writer.writerows({k: ("" if v is None else v) for k, v in record.items()} for record in records)
+
+    def truncate(self, iteration: int, step: int) -> None:
+        """Drop the rows after ``iteration`` (rewriting the file atomically)."""
+        import json
+        import os
+
+        if not os.path.exists(self.path):
+            return
+        with open(self.path) as f:
+            lines = f.readlines()
+        if self.csv:
+            column = lines[0].split(",").index("iteration") if lines else 0
+            kept = lines[:1] + [line for line in lines[1:] if int(line.split(",")[column]) <= iteration]
+        else:
+            kept = [line for line in lines if json.loads(line)["iteration"] <= iteration]
+        temporary = self.path + ".tmp"
+        with open(temporary, "w") as f:
+            f.writelines(kept)
+        os.replace(temporary, self.path)
+
+    def close(self) -> None:
+        pass
+
+
+class TensorBoardLogger:
+    """TensorBoard event files in ``logdir`` (``pip install "jaxrl[tensorboard]"``):
+    scalars ``<metric>/seed_<i>`` and ``<metric>/mean``, against env steps where the
+    run counts them (else the iteration)."""
+
+    def __init__(self, logdir: str):
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError as error:  # pragma: no cover - depends on the install
+            raise ImportError('TensorBoard logging needs tensorboardX: pip install "jaxrl[tensorboard]"') from error
+        self._make_writer = lambda **kwargs: SummaryWriter(logdir, **kwargs)
+        self._writer = None
+        self._purge_step = None
+
+    def write(self, iterations: np.ndarray, values: dict) -> None:
+        if self._writer is None:
+            self._writer = self._make_writer(purge_step=self._purge_step)
+        counter = next((values[name] for name in COUNTERS if name in values), None)
+        steps = iterations if counter is None else np.max(counter, axis=0)
+        means = {name: seed_mean(column) for name, column in values.items()}
+        for row, step in enumerate(steps):
+            for name, column in values.items():
+                if name in COUNTERS:
+                    continue
+                for seed in range(column.shape[0]):
+                    if math.isfinite(column[seed, row]):
+                        self._writer.add_scalar(f"{name}/seed_{seed}", float(column[seed, row]), int(step))
+                if math.isfinite(means[name][row]):
+                    self._writer.add_scalar(f"{name}/mean", float(means[name][row]), int(step))
+        self._writer.flush()
+
+    def truncate(self, iteration: int, step: int) -> None:
+        """Tell TensorBoard to discard events after ``step``, the resume point's x value
+        (env steps, or the iteration where the run counts none)."""
+        self._purge_step = int(step) + 1
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+
+class ConsoleLogger:
+    """One line per chunk: iteration, env steps, steps/s and the seed-mean returns."""
+
+    def __init__(self, print_fn: Callable[[str], None] = print):
+        import time
+
+        self._print = print_fn
+        self._clock = time.perf_counter
+        self._last = None
+
+    def write(self, iterations: np.ndarray, values: dict) -> None:
+        now = self._clock()
+        counter = next((name for name in COUNTERS if name in values), None)
+        parts = [f"iteration {int(iterations[-1]):>7}"]
+        if counter is not None:
+            count = int(np.max(values[counter][:, -1]))
+            parts.append(f"{counter} {count:>9,}")
+            if self._last is not None and now > self._last[0]:
+                parts.append(f"{(count - self._last[1]) * values[counter].shape[0] / (now - self._last[0]):>9,.0f}/s")
+            self._last = (now, count)
+        for name in ("episode_return", "eval_return"):
+            means = seed_mean(values[name]) if name in values else np.array([])
+            means = means[np.isfinite(means)]
+            if means.size:
+                parts.append(f"{name} {means[-1]:8.1f}")
+        self._print("  ".join(parts))
+
+    def truncate(self, iteration: int, step: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,454 @@
+"""Chunked training (jaxrl.runner), checkpoints (jaxrl.checkpoint), run loggers and plots.
+
+The runs are tiny (a few thousand env steps) and share their compiled chunks through
+module-scoped fixtures; the crash-and-resume tests run the interrupted and the resumed
+halves in fresh processes, as a user's job would."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import pathlib
+import struct
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+
+from jaxrl import cli, logging as jaxrl_logging, runner
+from jaxrl.algorithms import a2c, dqn, ppo
+from jaxrl.checkpoint import Checkpoints
+
+TESTS = pathlib.Path(__file__).parent
+CHUNK = 8  # iterations per chunk: every run below has 4 chunks
+SEEDS = 2
+
+
+def make_config(name: str):
+    """The runs' configs: PPO with running observation statistics in its state, DQN
+    with a prioritized n-step replay buffer in its state. Both 32 iterations."""
+    if name == "ppo":
+        return ppo.Config(total_timesteps=2048, num_envs=4, num_steps=16, hidden_sizes=(16, 16), num_evals=4,
+                          num_reports=0, normalize_observations=True)
+    return dqn.Config(total_timesteps=2048, num_envs=4, num_steps=16, num_updates=2, batch_size=32,
+                      buffer_size=1024, learning_starts=256, hidden_sizes=(16, 16), num_evals=4, num_reports=0)
+
+
+def straight_run(name: str, logdir):
+    return runner.run(name, make_config(name), seeds=SEEDS, chunk_iterations=CHUNK, metrics_every=2,
+                      logdir=str(logdir), loggers=("csv", "jsonl", "tensorboard"), checkpoint_every=1)
+
+
+@pytest.fixture(scope="module")
+def ppo_run(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("ppo") / "run"
+    return logdir, straight_run("ppo", logdir)
+
+
+def leaves(tree):
+    return [np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+            for x in jax.tree.leaves(tree)]
+
+
+# ----------------------------------------------------------------------------- aggregation
+
+
+def test_aggregate_against_a_python_loop():
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=(3, 10)).astype(np.float32)
+    values[rng.random((3, 10)) < 0.4] = np.nan
+    values[:, 4:6] = np.nan  # a whole window without a value
+    metrics = {"episode_return": values, "timesteps": np.arange(1, 31).reshape(3, 10) * 7,
+               "per_env": np.zeros((3, 10, 4))}
+    rows = runner.aggregate(metrics, every=3)
+    assert set(rows) == {"episode_return", "timesteps"}  # non-scalar metrics are dropped
+    for seed in range(3):
+        for row, start in enumerate(range(0, 10, 3)):
+            window = [float(v) for v in values[seed, start:start + 3] if not math.isnan(v)]
+            expected = sum(window) / len(window) if window else math.nan
+            assert rows["episode_return"][seed, row] == pytest.approx(expected, nan_ok=True)
+            assert rows["timesteps"][seed, row] == metrics["timesteps"][seed, min(start + 3, 10) - 1]
+
+
+def test_default_chunk_iterations_prefers_a_divisor():
+    assert runner.default_chunk_iterations(1000) == 50
+    assert 1000 % runner.default_chunk_iterations(1000, chunks=7) == 0
+    assert runner.default_chunk_iterations(39) in (1, 3)  # 39 = 3 x 13: the divisors near 2
+    assert runner.default_chunk_iterations(5, chunks=20) == 1
+
+
+def test_latest_finite():
+    values = np.array([[1.0, np.nan, 3.0, np.nan], [np.nan] * 4, [5.0, 6.0, 7.0, 8.0]])
+    np.testing.assert_array_equal(runner.latest_finite(values), [3.0, np.nan, 8.0])
+
+
+# ----------------------------------------------------------------------------- a run
+
+
+def test_run_equals_the_fused_train(ppo_run):
+    _, result = ppo_run
+    config = make_config("ppo")
+    keys = jax.random.split(jax.random.key(0), SEEDS)
+    fused = jax.jit(jax.vmap(ppo.train, in_axes=(0, None)))(keys, config)
+    # Same keys per iteration whatever the chunking; only XLA's fusion (float rounding) differs.
+    eval_points = np.isfinite(np.asarray(fused.metrics["eval_return"]))
+    np.testing.assert_allclose(result.metrics["eval_return"][np.isfinite(result.metrics["eval_return"])],
+                               np.asarray(fused.metrics["eval_return"])[eval_points], rtol=1e-3)
+    np.testing.assert_array_equal(result.metrics["timesteps"], np.asarray(fused.metrics["timesteps"])[:, 1::2])
+    for ours, theirs in zip(leaves(result.state.params), leaves(fused.state.params)):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-3, atol=1e-4)
+    assert result.completed == 32 and not result.stopped_early
+    np.testing.assert_array_equal(result.iterations, np.arange(2, 33, 2))
+
+
+def test_csv_and_jsonl_hold_the_returned_metrics_per_seed_and_mean(ppo_run):
+    logdir, result = ppo_run
+    with open(logdir / "metrics.csv", newline="") as f:
+        records = list(csv.DictReader(f))
+    with open(logdir / "metrics.jsonl") as f:
+        json_records = [json.loads(line) for line in f]
+    assert len(records) == len(json_records) == len(result.iterations) * (SEEDS + 1)
+    for record, json_record in zip(records, json_records):
+        row = list(result.iterations).index(int(record["iteration"]))
+        for name, values in result.metrics.items():
+            if record["seed"] == "mean":
+                finite = values[:, row][np.isfinite(values[:, row])]
+                expected = (np.max(finite) if name in jaxrl_logging.COUNTERS else np.mean(finite)) if finite.size else math.nan
+            else:
+                expected = values[int(record["seed"]), row]
+            got = float(record[name]) if record[name] else math.nan
+            assert got == pytest.approx(float(expected), rel=1e-6, nan_ok=True), (name, record)
+            got_json = math.nan if json_record[name] is None else json_record[name]
+            assert got_json == pytest.approx(float(expected), rel=1e-6, nan_ok=True), (name, json_record)
+
+
+def read_tensorboard_scalars(directory) -> dict:
+    """``{tag: [(step, value)]}`` from the event files in ``directory``, read record by
+    record (length, CRC, payload, CRC) and parsed with TensorBoard's Event proto."""
+    from tensorboardX.proto import event_pb2
+
+    scalars = {}
+    for path in sorted(pathlib.Path(directory).glob("events.out.tfevents.*")):
+        data = path.read_bytes()
+        offset = 0
+        while offset < len(data):
+            (length,) = struct.unpack("<Q", data[offset:offset + 8])
+            event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
+            offset += 12 + length + 4
+            for value in event.summary.value:
+                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
+    return scalars
+
+
+def test_tensorboard_events_hold_the_scalars(ppo_run):
+    logdir, result = ppo_run
+    scalars = read_tensorboard_scalars(logdir / "tensorboard")
+    timesteps = result.metrics["timesteps"][0]
+    for seed in range(SEEDS):
+        finite = np.isfinite(result.metrics["eval_return"][seed])
+        expected = list(zip(timesteps[finite], result.metrics["eval_return"][seed][finite]))
+        got = scalars[f"eval_return/seed_{seed}"]
+        assert [step for step, _ in got] == [int(step) for step, _ in expected]
+        np.testing.assert_allclose([v for _, v in got], [v for _, v in expected], rtol=1e-6)
+    assert len(scalars["policy_loss/mean"]) == len(result.iterations)
+    assert "timesteps/mean" not in scalars  # the x axis, not a curve
+
+
+def test_checkpoints_keep_the_latest_and_the_best(ppo_run):
+    logdir, result = ppo_run
+    with Checkpoints(logdir / "checkpoints", keep=3) as checkpoints:
+        steps = checkpoints.steps()
+        assert steps[-3:] == [16, 24, 32]
+        eval_means = {step: checkpoints.meta(step)["eval_return"] for step in steps}
+        best = checkpoints.best_step()
+        assert best in steps and eval_means[best] == max(v for v in eval_means.values() if v is not None)
+        assert len(steps) == 3 + (best == 8)
+
+
+def test_plot_command_writes_a_png(ppo_run, tmp_path, capsys):
+    logdir, result = ppo_run
+    out = tmp_path / "compare.png"
+    assert cli.main(["plot", str(logdir), str(logdir), "--out", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+    assert cli.main(["plot", str(logdir), "--metric", "nope", "--out", str(out)]) == cli.USAGE_ERROR
+    assert "no metric 'nope'" in capsys.readouterr().err
+
+
+def test_load_run_reads_back_the_metrics(ppo_run):
+    from jaxrl import plots
+
+    logdir, result = ppo_run
+    meta, metrics = plots.load_run(str(logdir))
+    assert meta["algorithm"] == "ppo" and meta["seeds"] == SEEDS
+    np.testing.assert_allclose(metrics["eval_return"], result.metrics["eval_return"], rtol=1e-6)
+    np.testing.assert_array_equal(metrics["iteration"][0], result.iterations)
+
+
+def test_confidence_band_contains_the_mean_and_narrows_with_agreement():
+    from jaxrl import plots
+
+    rng = np.random.default_rng(1)
+    spread = rng.normal(size=(10, 5))
+    mean, low, high = plots.confidence_band(spread)
+    np.testing.assert_allclose(mean, spread.mean(axis=0))
+    assert np.all(low <= mean) and np.all(mean <= high)
+    _, low_same, high_same = plots.confidence_band(np.ones((10, 5)))
+    np.testing.assert_array_equal(low_same, high_same)
+
+
+# ----------------------------------------------------------------------------- stop, resume, errors
+
+
+def test_target_return_stops_early_and_saves(tmp_path):
+    config = make_config("ppo")
+    result = runner.run("ppo", config, seeds=SEEDS, chunk_iterations=CHUNK, metrics_every=2,
+                        logdir=str(tmp_path / "run"), checkpoint_every=4, target_return=1.0)
+    assert result.stopped_early and result.completed == CHUNK  # the first evaluation is at iteration 8
+    with Checkpoints(tmp_path / "run" / "checkpoints") as checkpoints:
+        assert checkpoints.steps() == [CHUNK]  # the stop saved, though 4 chunks had not passed
+
+
+def test_a_logdir_holding_a_run_is_not_overwritten(ppo_run):
+    logdir, _ = ppo_run
+    before = (logdir / "metrics.csv").read_bytes()
+    with pytest.raises(ValueError, match="already holds a run.*resume=True"):
+        runner.run("ppo", make_config("ppo"), seeds=SEEDS, chunk_iterations=CHUNK, logdir=str(logdir))
+    with pytest.raises(ValueError, match="learning_rate"):
+        runner.run("ppo", make_config("ppo").replace(learning_rate=1e-3), seeds=SEEDS, chunk_iterations=CHUNK,
+                   metrics_every=2, logdir=str(logdir), resume=True)
+    with pytest.raises(ValueError, match="algorithm: saved 'ppo', this run 'a2c'"):
+        runner.run("a2c", a2c.Config(), seeds=SEEDS, logdir=str(logdir), resume=True)
+    assert (logdir / "metrics.csv").read_bytes() == before
+
+
+def test_a_checkpoint_of_another_structure_is_a_clear_error(ppo_run, tmp_path):
+    logdir, result = ppo_run
+    with Checkpoints(logdir / "checkpoints") as checkpoints:
+        with pytest.raises(ValueError, match="does not match this run's state structure"):
+            checkpoints.restore({"state": result.state.params, "run_keys": 0})
+        with pytest.raises(FileNotFoundError, match="no checkpoint step 3"):
+            checkpoints.restore(result.state, step=3)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"chunk_iterations": 0}, "chunk_iterations must be an int in \\[1, 32\\]"),
+    ({"chunk_iterations": 33}, "chunk_iterations must be an int in \\[1, 32\\]"),
+    ({"chunk_iterations": 8, "metrics_every": 3}, "metrics_every must be an int >= 1 dividing chunk_iterations=8"),
+    ({"checkpoint_every": 0, "logdir": "x"}, "checkpoint_every must be an int >= 1"),
+    ({"checkpoint_every": 1}, "need a logdir"),
+    ({"resume": True}, "need a logdir"),
+    ({"seeds": 0}, "seeds must be an int >= 1"),
+    ({"loggers": ("console", "wandb")}, "unknown logger 'wandb'"),
+    ({"dataset": {"obs": np.zeros(3)}}, "ppo does not learn from a dataset"),
+])
+def test_bad_arguments_are_clear_errors(kwargs, message, tmp_path):
+    if kwargs.get("logdir") == "x":
+        kwargs["logdir"] = str(tmp_path / "x")
+    with pytest.raises((ValueError, TypeError), match=message):
+        runner.run("ppo", make_config("ppo"), **kwargs)
+
+
+def test_an_unknown_target_metric_is_a_clear_error():
+    with pytest.raises(ValueError, match="target_metric 'eval_retrun' is not a metric of ppo; its metrics: .*eval_return"):
+        runner.run("ppo", make_config("ppo"), seeds=SEEDS, chunk_iterations=CHUNK, target_return=1.0,
+                   target_metric="eval_retrun")
+
+
+# ----------------------------------------------------------------------------- crashes
+
+CRASHING_SAVE = """
+import os, sys
+sys.path.insert(0, {tests!r})
+import jax
+jax.config.update("jax_compilation_cache_dir", {cache!r})
+from orbax.checkpoint._src.path import atomicity
+from jaxrl import runner
+from test_runner import CHUNK, SEEDS, make_config
+
+async def crash_on_second_commit(source, target):
+    # Dies with the second checkpoint (step 2 * CHUNK) fully written to its temporary
+    # directory, just before the rename that commits it: the worst moment for a crash.
+    if os.path.basename(str(target)) == str(2 * CHUNK):
+        os._exit(9)
+    await original_rename(source, target)
+
+original_rename = atomicity.async_path.rename
+atomicity.async_path.rename = crash_on_second_commit
+runner.run({name!r}, make_config({name!r}), seeds=SEEDS, chunk_iterations=CHUNK, metrics_every=2,
+           logdir={logdir!r}, loggers=("csv", "jsonl", "tensorboard"), checkpoint_every=1)
+"""
+
+RESUME = """
+import sys
+sys.path.insert(0, {tests!r})
+import jax, numpy as np
+jax.config.update("jax_compilation_cache_dir", {cache!r})
+from jaxrl import runner
+from test_runner import CHUNK, SEEDS, leaves, make_config
+
+result = runner.run({name!r}, make_config({name!r}), seeds=SEEDS, chunk_iterations=CHUNK, metrics_every=2,
+                    logdir={logdir!r}, loggers=("csv", "jsonl", "tensorboard"), checkpoint_every=1, resume=True)
+np.savez({out!r}, completed=result.completed, iterations=result.iterations,
+         **{{"metric_" + k: v for k, v in result.metrics.items()}},
+         **{{f"leaf_{{i}}": leaf for i, leaf in enumerate(leaves(result.state))}})
+"""
+
+
+def python(code: str, tmp_path) -> subprocess.CompletedProcess:
+    script = tmp_path / f"script_{len(list(tmp_path.glob('script_*')))}.py"
+    script.write_text(textwrap.dedent(code))
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_a_crash_mid_save_then_resume_gives_the_uninterrupted_run(ppo_run, tmp_path):
+    """Run 4 chunks straight; separately, run until the process dies while committing
+    its second checkpoint, then resume in a fresh process: the previous checkpoint is
+    intact, and metrics, logs and the whole final state (parameters, optimiser, env
+    states, observation statistics, keys) equal the straight run's."""
+    name = "ppo"
+    straight_dir, straight = ppo_run
+    logdir, cache = tmp_path / "run", tmp_path / "cache"
+    fill = dict(tests=str(TESTS), cache=str(cache), name=name, logdir=str(logdir))
+
+    crashed = python(CRASHING_SAVE.format(**fill), tmp_path)
+    assert crashed.returncode == 9, crashed.stderr[-3000:]
+    with Checkpoints(logdir / "checkpoints") as checkpoints:
+        assert checkpoints.steps() == [CHUNK]  # the half-written second one is not a checkpoint
+        assert checkpoints.restore({"state": straight.state, "run_keys": jax.random.split(jax.random.key(0), SEEDS)},
+                                   step=CHUNK)[2]["step"] == CHUNK
+    csv_rows = (logdir / "metrics.csv").read_text().splitlines()
+    assert int(csv_rows[-1].split(",")[0]) == 2 * CHUNK  # the crashed chunk's rows were logged...
+
+    out = tmp_path / "resumed.npz"
+    resumed = python(RESUME.format(**fill, out=str(out)), tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    saved = np.load(out)
+    assert int(saved["completed"]) == 32
+    np.testing.assert_array_equal(saved["iterations"], straight.iterations)
+    for key, values in straight.metrics.items():
+        np.testing.assert_array_equal(saved["metric_" + key], values, err_msg=key)
+    for i, leaf in enumerate(leaves(straight.state)):
+        np.testing.assert_array_equal(saved[f"leaf_{i}"], leaf)
+    # ...and rewritten once: the resumed logs equal the straight run's, row for row.
+    assert (logdir / "metrics.csv").read_text() == (straight_dir / "metrics.csv").read_text()
+    assert (logdir / "metrics.jsonl").read_text() == (straight_dir / "metrics.jsonl").read_text()
+
+
+@pytest.mark.slow
+def test_resume_restores_the_replay_buffer_exactly(tmp_path):
+    """DQN's state holds a prioritized n-step replay buffer: resuming from the second
+    checkpoint of a finished run (in this process, as after a crash that lost the
+    later ones) reproduces the rest of the run exactly, logs included."""
+    straight = straight_run("dqn", tmp_path / "straight")
+    import shutil
+
+    shutil.copytree(tmp_path / "straight", tmp_path / "resumed")
+    for step in (3 * CHUNK, 4 * CHUNK):
+        shutil.rmtree(tmp_path / "resumed" / "checkpoints" / str(step))
+    resumed = runner.run("dqn", make_config("dqn"), seeds=SEEDS, chunk_iterations=CHUNK, metrics_every=2,
+                         logdir=str(tmp_path / "resumed"), loggers=("csv", "jsonl", "tensorboard"), checkpoint_every=1,
+                         resume=True)
+    np.testing.assert_array_equal(resumed.iterations, straight.iterations)
+    for key, values in straight.metrics.items():
+        np.testing.assert_array_equal(resumed.metrics[key], values, err_msg=key)
+    for ours, theirs in zip(leaves(resumed.state), leaves(straight.state)):
+        np.testing.assert_array_equal(ours, theirs)
+    for log in ("metrics.csv", "metrics.jsonl"):
+        assert (tmp_path / "resumed" / log).read_text() == (tmp_path / "straight" / log).read_text()
+
+
+def test_an_interrupted_save_leaves_the_previous_checkpoint_loadable(tmp_path):
+    """A process killed (SIGKILL) while writing a large checkpoint: the earlier one
+    still restores, and the directory takes new saves afterwards."""
+    directory = tmp_path / "checkpoints"
+    code = f"""
+    import os, signal, sys, threading, time
+    import jax, numpy as np
+    from jaxrl.checkpoint import Checkpoints
+    checkpoints = Checkpoints({str(directory)!r}, keep=5)
+    small = {{"w": np.arange(10.0), "key": jax.random.key(3)}}
+    checkpoints.save(1, small, meta={{"run": "a"}}, eval_return=1.0)
+    big = {{"w": np.random.default_rng(0).normal(size=(64, 1024, 1024)), "key": jax.random.key(4)}}
+    # Kill this process from a thread once the second save has begun writing.
+    def kill_when_writing():
+        while not any(".orbax-checkpoint-tmp" in p for p in os.listdir({str(directory)!r})):
+            time.sleep(0.001)
+        os.kill(os.getpid(), signal.SIGKILL)
+    threading.Thread(target=kill_when_writing, daemon=True).start()
+    checkpoints.save(2, big, meta={{"run": "a"}})
+    print("save 2 completed")
+    """
+    result = python(code, tmp_path)
+    assert result.returncode == -9, (result.returncode, result.stdout, result.stderr[-2000:])
+    assert "save 2 completed" not in result.stdout
+    assert any(".orbax-checkpoint-tmp" in p.name for p in directory.iterdir())  # it did die mid-write
+    template = {"w": np.zeros(10), "key": jax.random.key(0)}
+    with Checkpoints(directory, keep=5) as checkpoints:
+        assert checkpoints.steps() == [1]
+        state, history, meta = checkpoints.restore(template, expect_meta={"run": "a"})
+        np.testing.assert_array_equal(state["w"], np.arange(10.0))
+        np.testing.assert_array_equal(jax.random.key_data(state["key"]), jax.random.key_data(jax.random.key(3)))
+        assert history is None and meta["eval_return"] == 1.0
+        checkpoints.save(2, template, meta={"run": "a"})
+        assert checkpoints.steps() == [1, 2]
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def test_cli_logdir_checkpoints_target_plot_and_resume(tmp_path, capsys):
+    logdir = tmp_path / "run"
+    args = ["train", "ppo", "--env", "CartPole-v1", "--seeds", "2", "--total-timesteps", "2048", "--set",
+            "num_envs=4", "--set", "num_steps=16", "--set", "hidden_sizes=16,16", "--set", "num_evals=4",
+            "--no-preset", "--no-cache", "--no-progress", "--chunks", "4", "--logdir", str(logdir),
+            "--loggers", "csv,tensorboard", "--checkpoint-every", "2", "--plot", "--json", str(tmp_path / "s.json")]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "compiled in" in out and "learning curves:" in out
+    assert (logdir / "curves.png").exists() and (logdir / "metrics.csv").exists()
+    assert any((logdir / "tensorboard").iterdir())
+    with Checkpoints(logdir / "checkpoints") as checkpoints:
+        assert checkpoints.steps() == [16, 32]
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["timesteps_done"] == 2048 and not summary["stopped_early"]
+
+    assert cli.main(args) == cli.USAGE_ERROR  # the logdir holds a run
+    assert "already holds a run" in capsys.readouterr().err
+    assert cli.main(args + ["--resume"]) == 0  # already complete: nothing to run
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["timesteps_done"] == 2048
+    assert cli.main(["train", "ppo", "--checkpoint-every", "1"]) == cli.USAGE_ERROR
+    assert "need a logdir" in capsys.readouterr().err
+
+
+def test_bc_runs_in_chunks_from_a_dataset():
+    from jaxrl import data
+    from jaxrl.algorithms import bc
+
+    rng = np.random.default_rng(0)
+    dataset = data.Dataset(
+        obs=rng.normal(size=(64, 4)).astype(np.float32), action=rng.integers(0, 2, size=64).astype(np.int32),
+        reward=np.ones(64, np.float32), terminated=np.zeros(64, bool), truncated=np.zeros(64, bool),
+        next_obs=rng.normal(size=(64, 4)).astype(np.float32), episode_return=np.zeros(64, np.float32),
+        episode_length=np.zeros(64, np.int32), env_id="CartPole-v1")
+    config = bc.Config(env_id="CartPole-v1", num_updates=20, batch_size=8, num_evals=1, eval_episodes=1,
+                       hidden_sizes=(8,), num_reports=0)
+    result = runner.run("bc", config, seeds=2, dataset=dataset, chunk_iterations=10)
+    assert result.completed == 20 and result.metrics["updates"][:, -1].tolist() == [20, 20]
+    fused = jax.jit(jax.vmap(bc.train, in_axes=(0, None, None)))(jax.random.split(jax.random.key(0), 2), config, dataset)
+    np.testing.assert_allclose(result.metrics["loss"], np.asarray(fused.metrics["loss"]), rtol=1e-5)
+
+
+def test_runner_module_is_importable_without_the_extras():
+    # (matplotlib is not optional in practice: gymnax imports it.)
+    code = ("import sys; sys.modules['orbax'] = None; sys.modules['tensorboardX'] = None; "
+            "import jaxrl.runner, jaxrl.cli; print('ok')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            env={**os.environ})
+    assert result.stdout.strip() == "ok", result.stderr
