@@ -14,7 +14,8 @@ def test_there_are_notebooks():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs(path):
+def test_notebook_runs(path, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # files a notebook writes (plots) land here
     notebook = json.loads(path.read_text())
     namespace = {"__name__": "__main__"}
     for index, cell in enumerate(notebook["cells"]):
