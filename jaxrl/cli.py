@@ -1,5 +1,5 @@
-"""Command line: ``python -m jaxrl train ALGO --env ID [--seeds N] [--set field=value ...]`` and
-``python -m jaxrl plot RUN_DIR ...``."""
+"""Command line: ``python -m jaxrl train ALGO --env ID [--seeds N] [--set field=value ...]``,
+``python -m jaxrl sweep ALGO --grid lr=1e-4,3e-4 ...`` and ``python -m jaxrl plot RUN_DIR ...``."""
 
 from __future__ import annotations
 
@@ -67,6 +67,28 @@ def _key_value(text: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
+# Short names the command line accepts for config fields.
+ALIASES = {"lr": "learning_rate"}
+
+
+def _add_config_arguments(sub, module) -> None:
+    """The options that build a Config (shared by ``train`` and ``sweep``)."""
+    sub.add_argument("--env", default=module.Config.env_id, help="env id, e.g. CartPole-v1 (default: %(default)s)")
+    sub.add_argument("--seeds", type=int, default=1, help="seeds trained together with vmap (default: 1)")
+    sub.add_argument("--seed", type=int, default=0, help="base random seed (default: 0)")
+    sub.add_argument("--total-timesteps", type=int, default=None, help="env steps per seed")
+    sub.add_argument("--set", type=_key_value, action="append", default=[], metavar="FIELD=VALUE",
+                     help="override a config field (repeatable)")
+    sub.add_argument("--env-param", type=_key_value, action="append", default=[], metavar="NAME=VALUE",
+                     help="override an env parameter, e.g. max_steps_in_episode=200 (repeatable)")
+    sub.add_argument("--no-preset", action="store_true", help="ignore the tuned settings for this env")
+    variants = getattr(module, "VARIANTS", {})
+    if variants:
+        sub.add_argument("--variant", choices=sorted(variants), default=None,
+                         help="start from a named variant's settings (e.g. rainbow)")
+    sub.add_argument("--no-cache", action="store_true", help="disable the persistent compilation cache")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from jaxrl import algorithms
 
@@ -81,20 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
             name, help=(module.__doc__ or "").strip().splitlines()[0],
             epilog=_describe_fields(module.Config), formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        sub.add_argument("--env", default=module.Config.env_id, help="env id, e.g. CartPole-v1 (default: %(default)s)")
-        sub.add_argument("--seeds", type=int, default=1, help="seeds trained together with vmap (default: 1)")
-        sub.add_argument("--seed", type=int, default=0, help="base random seed (default: 0)")
-        sub.add_argument("--total-timesteps", type=int, default=None, help="env steps per seed")
-        sub.add_argument("--set", type=_key_value, action="append", default=[], metavar="FIELD=VALUE",
-                         help="override a config field (repeatable)")
-        sub.add_argument("--env-param", type=_key_value, action="append", default=[], metavar="NAME=VALUE",
-                         help="override an env parameter, e.g. max_steps_in_episode=200 (repeatable)")
-        sub.add_argument("--no-preset", action="store_true", help="ignore the tuned settings for this env")
-        variants = getattr(module, "VARIANTS", {})
-        if variants:
-            sub.add_argument("--variant", choices=sorted(variants), default=None,
-                             help="start from a named variant's settings (e.g. rainbow)")
-        sub.add_argument("--no-cache", action="store_true", help="disable the persistent compilation cache")
+        _add_config_arguments(sub, module)
         sub.add_argument("--no-progress", action="store_true", help="hide the progress bar")
         sub.add_argument("--json", metavar="PATH", help="also write the summary as JSON")
         sub.add_argument("--logdir", help="write run.json, metrics and checkpoints into this directory")
@@ -110,6 +119,19 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--target-return", type=float, default=None,
                          help="stop once every seed's latest evaluation return reaches this")
         sub.add_argument("--plot", action="store_true", help="write learning curves as PNG (needs matplotlib)")
+    sweep = commands.add_parser("sweep", help="seeds x a grid of traced hyper-parameters in one compiled program")
+    sweep_algos = sweep.add_subparsers(dest="algorithm", required=True, metavar="ALGORITHM",
+                                       help=f"one of: {', '.join(algorithms.ALGORITHMS)}")
+    for name in algorithms.ALGORITHMS:
+        module = algorithms.get(name)
+        sub = sweep_algos.add_parser(name, help=f"sweep {name}", epilog=_describe_fields(module.Config),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+        _add_config_arguments(sub, module)
+        sub.add_argument("--grid", type=_key_value, action="append", default=[], metavar="FIELD=V1,V2,...",
+                         help=f"values of a traced field (repeatable: the grid is their product); "
+                              f"aliases: {', '.join(f'{a}={f}' for a, f in ALIASES.items())}")
+        sub.add_argument("--metric", default="eval_return", help="final metric to summarise (default: %(default)s)")
+        sub.add_argument("--out", metavar="PATH", help="write the summary as CSV (.csv) or JSON (.json)")
     plot = commands.add_parser("plot", help="compare runs' learning curves (mean and 95%% CI over seeds) in a PNG")
     plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="directories written with --logdir")
     plot.add_argument("--metric", default="eval_return", help="metric to plot (default: %(default)s)")
@@ -167,11 +189,7 @@ def train_command(args) -> int:
 
     module = algorithms.get(args.algorithm)
     config = make_config(module, args)
-    if not args.no_cache:
-        import jax
-
-        cache_dir = os.environ.get("JAXRL_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "jaxrl", "xla"))
-        jax.config.update("jax_compilation_cache_dir", cache_dir)
+    _use_compilation_cache(args)
     if args.chunks < 1:
         raise UsageError(f"--chunks must be >= 1, got {args.chunks}")
     num_iterations = module.program(config).num_iterations
@@ -227,6 +245,62 @@ def train_command(args) -> int:
     return 0
 
 
+def sweep_command(args) -> int:
+    from jaxrl import algorithms, sweep
+
+    module = algorithms.get(args.algorithm)
+    config = make_config(module, args)
+    _use_compilation_cache(args)
+    if not args.grid:
+        raise UsageError("give at least one --grid field=v1,v2,...")
+    values = {}
+    for name, text in args.grid:
+        name = ALIASES.get(name, name)
+        try:
+            values[name] = [float(part) for part in text.split(",") if part.strip()]
+        except ValueError:
+            raise UsageError(f"cannot parse --grid {name}={text!r}: expected comma-separated numbers") from None
+    try:
+        settings = sweep.grid(**values)
+        lanes = len(next(iter(settings.values())))
+        print(f"{args.algorithm} on {config.env_id}: {lanes} setting(s) x {args.seeds} seed(s) in one program "
+              f"(compiling...)", flush=True)
+        result = sweep.run(module, config, settings, seeds=args.seeds, seed=args.seed)
+        rows = sweep.summarize(result, metric=args.metric)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    print(f"compiled in {result.compile_seconds:.1f} s, ran in {result.run_seconds:.1f} s\n")
+    print(f"final {args.metric} over {args.seeds} seed(s) per setting (95% bootstrap CI of the mean):")
+    print(sweep.format_table(rows))
+    if args.out:
+        _write_rows(rows, args.out)
+        print(f"\nwrote {args.out}")
+    return 0
+
+
+def _write_rows(rows: list[dict], path: str) -> None:
+    if path.endswith(".json"):
+        with open(path, "w") as f:
+            json.dump(rows, f, indent=2)
+        return
+    if not path.endswith(".csv"):
+        raise UsageError(f"--out must end in .csv or .json, got {path!r}")
+    import csv
+
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def _use_compilation_cache(args) -> None:
+    if not args.no_cache:
+        import jax
+
+        cache_dir = os.environ.get("JAXRL_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "jaxrl", "xla"))
+        jax.config.update("jax_compilation_cache_dir", cache_dir)
+
+
 def plot_command(args) -> int:
     from jaxrl import plots
 
@@ -241,7 +315,7 @@ def plot_command(args) -> int:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # Unknown algorithms get our one-line message rather than argparse's choice dump.
-    if len(argv) >= 2 and argv[0] == "train" and not argv[1].startswith("-"):
+    if len(argv) >= 2 and argv[0] in ("train", "sweep") and not argv[1].startswith("-"):
         from jaxrl import algorithms
 
         try:
@@ -255,6 +329,8 @@ def main(argv=None) -> int:
             return train_command(args)
         if args.command == "plot":
             return plot_command(args)
+        if args.command == "sweep":
+            return sweep_command(args)
     except UsageError as error:
         print(f"jaxrl: error: {error}", file=sys.stderr)
         return USAGE_ERROR

@@ -23,15 +23,13 @@ def confidence_band(values: np.ndarray, level: float = 0.95, resamples: int = 10
     ``values`` is ``[seeds, points]``; NaN entries (a seed with no value at that point)
     are left out. Returns ``(mean, low, high)``, each ``[points]``.
     """
+    from jaxrl.sweep import bootstrap_ci
+
     values = np.asarray(values, dtype=np.float64)
-    num_seeds = values.shape[0]
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, num_seeds, size=(resamples, num_seeds))
     with warnings.catch_warnings():  # all-NaN columns give NaN, which is what we want
         warnings.simplefilter("ignore", RuntimeWarning)
         mean = np.nanmean(values, axis=0)
-        means = np.nanmean(values[picks], axis=1)  # [resamples, points]
-        low, high = np.nanpercentile(means, [50 * (1 - level), 50 * (1 + level)], axis=0)
+        low, high = bootstrap_ci(values, statistic=np.nanmean, level=level, resamples=resamples, seed=seed)
     return mean, low, high
 
 

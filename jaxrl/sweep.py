@@ -1,0 +1,237 @@
+"""Sweeps: seeds x hyper-parameter settings of any algorithm as one compiled program,
+and the statistics that summarise them.
+
+    from jaxrl import sweep
+    from jaxrl.algorithms import ppo
+
+    settings = sweep.grid(learning_rate=[1e-4, 3e-4, 1e-3], gamma=[0.98, 0.99])   # 6 settings
+    result = sweep.run("ppo", ppo.Config(), settings, seeds=8)   # one jit(vmap(vmap(train)))
+    result.metrics["eval_return"]                                # [settings, seeds, iterations]
+    table = sweep.summarize(result)                              # mean, stderr, IQM, 95% CI per setting
+    sweep.best(table)
+
+Only *traced* config fields can be swept this way (numbers the program reads as data:
+learning rates, discount, coefficients). Static fields fix shapes or structure (network
+widths, env counts, batch sizes, flags): sweeping one is an error; loop over it on the
+host, one compiled program per value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import itertools
+import math
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl.config import static_fields, sweep_axes
+
+
+@dataclasses.dataclass
+class SweepResult:
+    """What :func:`run` returns.
+
+    Attributes:
+      settings: ``{field: [C]}``, the value of each swept field in each setting.
+      metrics: ``{name: [C, S, iterations]}`` (setting, seed, iteration).
+      state: the final training states, leaves ``[C, S, ...]``.
+      compile_seconds / run_seconds: compiling, and running the compiled sweep.
+    """
+
+    settings: dict
+    metrics: dict
+    state: Any
+    compile_seconds: float
+    run_seconds: float
+
+    @property
+    def num_settings(self) -> int:
+        return len(next(iter(self.settings.values())))
+
+
+def grid(**values) -> dict:
+    """The Cartesian product of the given values: ``grid(a=[1, 2], b=[3, 4])`` is
+    ``{"a": [1, 1, 2, 2], "b": [3, 4, 3, 4]}`` (4 settings)."""
+    if not values:
+        raise ValueError("grid needs at least one field=values")
+    for name, options in values.items():
+        if np.ndim(options) != 1 or len(options) == 0:
+            raise ValueError(f"grid values for {name!r} must be a non-empty list of numbers, got {options!r}")
+    product = list(itertools.product(*values.values()))
+    return {name: np.asarray([setting[i] for setting in product]) for i, name in enumerate(values)}
+
+
+def random_settings(num: int, seed: int = 0, **ranges) -> dict:
+    """``num`` settings drawn at random: each range is ``(low, high)`` (uniform) or
+    ``(low, high, "log")`` (log-uniform, for learning rates)."""
+    if not isinstance(num, int) or num < 1:
+        raise ValueError(f"num must be an int >= 1, got {num!r}")
+    rng = np.random.default_rng(seed)
+    settings = {}
+    for name, spec in ranges.items():
+        low, high, *scale = spec
+        if not low < high or scale not in ([], ["linear"], ["log"]) or (scale == ["log"] and low <= 0):
+            raise ValueError(f"range for {name!r} must be (low, high) or (low, high, 'log') with low < high "
+                             f"(and low > 0 for 'log'), got {spec!r}")
+        if scale == ["log"]:
+            settings[name] = np.exp(rng.uniform(math.log(low), math.log(high), num))
+        else:
+            settings[name] = rng.uniform(low, high, num)
+    return settings
+
+
+def swept_config(config, settings: dict):
+    """``config`` with each swept field replaced by its ``[C]`` array of values, after
+    checking the fields exist, are traced, and all have ``C`` values."""
+    fields = {f.name: f for f in dataclasses.fields(config)}
+    static = set(static_fields(config))
+    lengths = set()
+    replacements = {}
+    for name, values in settings.items():
+        if name not in fields:
+            close = difflib.get_close_matches(name, fields, n=3)
+            hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            raise ValueError(f"{type(config).__qualname__} has no field {name!r}.{hint}")
+        if name in static:
+            raise ValueError(
+                f"{name!r} is a static field of {type(config).__qualname__} (it fixes a shape or the program's "
+                f"structure), so it cannot be swept inside one compiled program: loop over its values on the host, "
+                f"e.g. [sweep.run(algorithm, config.replace({name}=v), settings) for v in values]")
+        default = getattr(config, name)
+        if isinstance(default, bool) or not isinstance(default, (int, float)):
+            raise ValueError(f"{name!r} holds {default!r}; only numeric fields can be swept")
+        dtype = jnp.int32 if isinstance(default, int) else jnp.float32
+        array = np.asarray(values)
+        if array.ndim != 1 or array.size == 0:
+            raise ValueError(f"values for {name!r} must be a non-empty 1-D list, got shape {array.shape}")
+        lengths.add(array.size)
+        replacements[name] = jnp.asarray(array, dtype)
+    if not replacements:
+        raise ValueError("settings must name at least one field to sweep")
+    if len(lengths) > 1:
+        raise ValueError(f"every swept field needs the same number of values (one per setting), got "
+                         f"{ {name: int(v.size) for name, v in replacements.items()} }")
+    try:  # the config's own range checks, on every value
+        configs = config.replace(**replacements)
+        if hasattr(configs, "check_traced"):
+            configs.check_traced()
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"a swept value is out of range: {error}") from None
+    return configs
+
+
+def run(algorithm, config, settings: dict, seeds: int = 1, seed: int = 0) -> SweepResult:
+    """Train every (setting, seed) lane in one ``jit(vmap(vmap(train)))``.
+
+    Args:
+      algorithm: a name (``"ppo"``) or an algorithm module.
+      config: the base config; ``settings`` replace its swept fields.
+      settings: ``{field: [C] values}``, e.g. from :func:`grid` or :func:`random_settings`.
+      seeds / seed: seed ``i`` of every setting trains from
+        ``jax.random.split(jax.random.key(seed), seeds)[i]``, so lane ``(c, i)`` equals
+        ``train(that key, config with setting c)``.
+    """
+    from jaxrl import algorithms
+
+    module = algorithms.get(algorithm) if isinstance(algorithm, str) else algorithm
+    if not isinstance(seeds, int) or seeds < 1:
+        raise ValueError(f"seeds must be an int >= 1, got {seeds!r}")
+    configs = swept_config(config, settings)
+    keys = jax.random.split(jax.random.key(seed), seeds)
+    lanes = jax.jit(jax.vmap(jax.vmap(module.train, in_axes=(0, None)), in_axes=(None, sweep_axes(configs))))
+    start = time.perf_counter()
+    compiled = lanes.lower(keys, configs).compile()
+    compile_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    output = jax.block_until_ready(compiled(keys, configs))
+    run_seconds = time.perf_counter() - start
+    swept = {name: np.asarray(values) for name, values in settings.items()}  # as given, not float32
+    return SweepResult(swept, jax.tree.map(np.asarray, output.metrics), output.state, compile_seconds, run_seconds)
+
+
+# ----------------------------------------------------------------------------- statistics
+
+
+def final_scores(metrics: dict, metric: str = "eval_return") -> np.ndarray:
+    """Each lane's last finite value of ``metric`` (``[..., iterations] -> [...]``;
+    NaN for a lane that never reported one)."""
+    if metric not in metrics:
+        raise ValueError(f"no metric {metric!r}; metrics: {', '.join(sorted(metrics))}")
+    values = np.asarray(metrics[metric], dtype=np.float64)
+    finite = np.isfinite(values)
+    last = values.shape[-1] - 1 - np.argmax(finite[..., ::-1], axis=-1)
+    picked = np.take_along_axis(values, last[..., None], axis=-1)[..., 0]
+    return np.where(finite.any(axis=-1), picked, np.nan)
+
+
+def iqm(values, axis: int = -1) -> np.ndarray:
+    """Interquartile mean: the mean of the middle half of the values along ``axis``
+    (``floor(n / 4)`` dropped at each end, as ``scipy.stats.trim_mean(x, 0.25)``)."""
+    values = np.sort(np.asarray(values, dtype=np.float64), axis=axis)
+    n = values.shape[axis]
+    cut = n // 4
+    return np.mean(np.take(values, np.arange(cut, n - cut), axis=axis), axis=axis)
+
+
+def bootstrap_ci(values, statistic: Callable = np.mean, level: float = 0.95, resamples: int = 2000,
+                 seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile-bootstrap confidence interval of ``statistic`` over the seeds.
+
+    ``values`` is ``[S, ...]`` (seeds first); ``statistic(sample, axis=0)`` reduces the
+    seed axis. Seeds are resampled with replacement ``resamples`` times, drawn with
+    ``numpy.random.default_rng(seed).integers(0, S, (resamples, S))``. Returns
+    ``(low, high)``, each ``[...]``.
+    """
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    values = np.asarray(values, dtype=np.float64)
+    picks = np.random.default_rng(seed).integers(0, values.shape[0], size=(resamples, values.shape[0]))
+    stats = np.stack([statistic(values[pick], axis=0) for pick in picks])
+    low, high = np.nanpercentile(stats, [50 * (1 - level), 50 * (1 + level)], axis=0)
+    return low, high
+
+
+def summarize(result: SweepResult, metric: str = "eval_return", level: float = 0.95) -> list[dict]:
+    """One row per setting: the swept values, then statistics over seeds of each lane's
+    final ``metric``: ``mean``, ``stderr`` (sample standard deviation / sqrt(seeds)),
+    ``iqm``, and the bootstrap ``ci_low`` / ``ci_high`` of the mean."""
+    scores = final_scores(result.metrics, metric)  # [C, S]
+    rows = []
+    for c in range(scores.shape[0]):
+        lane = scores[c][np.isfinite(scores[c])]
+        low, high = bootstrap_ci(lane, level=level) if lane.size else (np.nan, np.nan)
+        rows.append({
+            **{name: values[c].item() for name, values in result.settings.items()},
+            "seeds": int(lane.size),
+            "mean": float(np.mean(lane)) if lane.size else math.nan,
+            "stderr": float(np.std(lane, ddof=1) / math.sqrt(lane.size)) if lane.size > 1 else math.nan,
+            "iqm": float(iqm(lane)) if lane.size else math.nan,
+            "ci_low": float(low), "ci_high": float(high),
+        })
+    return rows
+
+
+def best(rows: list[dict], by: str = "mean") -> dict:
+    """The row with the highest ``by`` (NaN rows last)."""
+    if not rows or by not in rows[0]:
+        raise ValueError(f"cannot rank by {by!r}; columns: {', '.join(rows[0]) if rows else 'none'}")
+    return max(rows, key=lambda row: -math.inf if math.isnan(row[by]) else row[by])
+
+
+def format_table(rows: list[dict]) -> str:
+    """The summary as aligned text; the best mean is marked with ``*``."""
+    if not rows:
+        return ""
+    top = best(rows)
+    columns = list(rows[0])
+    cells = [[f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c]) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths)) + (" *" if row is top else "")
+              for r, row in zip(cells, rows)]
+    return "\n".join(lines)
