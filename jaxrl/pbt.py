@@ -1,0 +1,198 @@
+"""Population-based training (Jaderberg et al., 2017) inside one compiled program.
+
+A population of ``P`` members of one algorithm, each with its own values of some traced
+hyper-parameters, trains in rounds of ``interval`` iterations (vmapped over members).
+After each round, inside the same ``lax.scan``, the members are ranked by their mean
+``score_metric`` over the round; each of the worst ``fraction`` copies the agent (every
+state field but its envs, replay buffer and counters: parameters, target networks,
+optimiser state, observation statistics) of a random one of the best ``fraction``
+(exploit) and takes that member's hyper-parameters multiplied by a random factor from
+``factors``, clipped to the bounds (explore).
+
+    from jaxrl import pbt
+    result = pbt.train("ppo", ppo.Config(), {"learning_rate": (1e-4, 3e-3), "ent_coef": (1e-4, 0.05)},
+                       population=8, interval=10)
+    result.hyperparams["learning_rate"]   # [rounds + 1, P]: each member's value per round
+    result.parents                        # [rounds, P]: whom each member copied (itself if kept)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl import loop
+from jaxrl.config import sweep_axes
+from jaxrl.sweep import swept_config
+
+# State fields that belong to a member's own stream of experience, not to its agent:
+# exploit leaves them in place.
+MEMBER_OWN = ("env_state", "obs", "timesteps", "updates", "buffer", "dataset")
+
+
+@dataclasses.dataclass
+class PBTResult:
+    """What :func:`train` returns.
+
+    Attributes:
+      state: the members' final states, leaves ``[P, ...]``.
+      metrics: ``{name: [P, iterations]}`` by member slot (a slot's agent is replaced
+        when it is exploited: see ``parents``).
+      hyperparams: ``{name: [rounds + 1, P]}``: the values each member trained with in
+        each round, then the final ones.
+      parents: ``[rounds, P]`` int: after round ``r``, member ``i`` holds the agent of
+        member ``parents[r, i]`` (``i`` itself unless it was replaced).
+      scores: ``[rounds, P]``: each member's ranking score in each round.
+      compile_seconds / run_seconds.
+    """
+
+    state: Any
+    metrics: dict
+    hyperparams: dict
+    parents: np.ndarray
+    scores: np.ndarray
+    compile_seconds: float
+    run_seconds: float
+
+    def lineage(self, member: int) -> list[int]:
+        """The member whose agent ``member`` descends from at the start of each round,
+        oldest first (``[rounds + 1]``, ending with ``member``)."""
+        chain = [member]
+        for parents in self.parents[::-1]:
+            chain.append(int(parents[chain[-1]]))
+        return chain[::-1]
+
+
+def exploit_and_explore(state, hyperparams: dict, scores: jax.Array, key: jax.Array, bounds: dict,
+                        fraction: float, factors: tuple[float, ...]):
+    """One PBT step on a population (leaves ``[P, ...]``).
+
+    The ``ceil(fraction * P)`` lowest ``scores`` (NaN ranks lowest) copy the agent
+    fields (all but :data:`MEMBER_OWN`) of a uniformly drawn member among as many
+    highest, and its hyper-parameters times a factor drawn from ``factors``, clipped to
+    ``bounds[name] = (low, high)``. Returns ``(state, hyperparams, parents [P])``.
+    """
+    population = scores.shape[0]
+    count = max(1, math.ceil(fraction * population))
+    order = jnp.argsort(jnp.where(jnp.isnan(scores), -jnp.inf, scores))
+    worst, best = order[:count], order[population - count:]
+    source_key, factor_key = jax.random.split(key)
+    sources = best[jax.random.randint(source_key, (count,), 0, count)]
+    parents = jnp.arange(population).at[worst].set(sources)
+
+    def copy_agent(name, value):
+        return value if name in MEMBER_OWN else jax.tree.map(lambda leaf: leaf[parents], value)
+
+    state = state.replace(**{f.name: copy_agent(f.name, getattr(state, f.name)) for f in dataclasses.fields(state)})
+    explored = {}
+    for index, (name, values) in enumerate(hyperparams.items()):
+        factor = jax.random.choice(jax.random.fold_in(factor_key, index), jnp.asarray(factors, values.dtype), (count,))
+        low, high = bounds[name]
+        explored[name] = values.at[worst].set(jnp.clip(values[sources] * factor, low, high))
+    return state, explored, parents
+
+
+def initial_hyperparams(bounds: dict, population: int, seed: int) -> dict:
+    """Each member's starting values: log-uniform in ``(low, high)`` for positive
+    bounds, uniform otherwise."""
+    rng = np.random.default_rng(seed)
+    values = {}
+    for name, (low, high) in bounds.items():
+        if low > 0:
+            values[name] = np.exp(rng.uniform(math.log(low), math.log(high), population))
+        else:
+            values[name] = rng.uniform(low, high, population)
+    return values
+
+
+def train(algorithm, config, bounds: dict, population: int = 8, interval: int = 10, seed: int = 0,
+          fraction: float = 0.25, factors: tuple[float, ...] = (0.8, 1.25), score_metric: str = "episode_return",
+          initial: dict | None = None) -> PBTResult:
+    """Population-based training of ``algorithm`` on ``config`` in one compiled program.
+
+    Args:
+      bounds: ``{field: (low, high)}`` for each traced field PBT tunes.
+      population: members ``P`` (vmapped).
+      interval: iterations per round; must divide the config's ``num_iterations``.
+        Exploit/explore runs after every round but the last.
+      initial: ``{field: [P]}`` starting values (default: :func:`initial_hyperparams`).
+      fraction / factors / score_metric: see :func:`exploit_and_explore`; a member's
+        score is the mean of ``score_metric`` over the round's iterations (NaN ignored).
+    """
+    from jaxrl import algorithms
+
+    module = algorithms.get(algorithm) if isinstance(algorithm, str) else algorithm
+    if not isinstance(population, int) or population < 2:
+        raise ValueError(f"population must be an int >= 2, got {population!r}")
+    if not 0 < fraction <= 0.5:
+        raise ValueError(f"fraction must be in (0, 0.5] (the share replaced each round), got {fraction}")
+    for name, bound in bounds.items():
+        if len(bound) != 2 or not bound[0] < bound[1]:
+            raise ValueError(f"bounds[{name!r}] must be (low, high) with low < high, got {bound!r}")
+    num_iterations = module.program(config).num_iterations
+    if not isinstance(interval, int) or interval < 1 or num_iterations % interval:
+        raise ValueError(f"interval must be an int >= 1 dividing the run's {num_iterations} iterations, got {interval!r}")
+    initial = initial_hyperparams(bounds, population, seed) if initial is None else initial
+    if set(initial) != set(bounds):
+        raise ValueError(f"initial must give the fields of bounds {sorted(bounds)}, got {sorted(initial)}")
+    for name, values in initial.items():
+        low, high = bounds[name]
+        if np.shape(values) != (population,) or not np.all((low <= np.asarray(values)) & (np.asarray(values) <= high)):
+            raise ValueError(f"initial[{name!r}] must be {population} values within {bounds[name]}")
+    configs = swept_config(config, initial)  # checks the fields are traced and in range
+    axes = sweep_axes(configs)
+    start_values = {name: getattr(configs, name) for name in bounds}
+    rounds = num_iterations // interval
+
+    def population_run(key, start_values):
+        init_key, run_key, pbt_key = jax.random.split(key, 3)
+
+        def member_init(member_key, member_config):
+            return module.program(member_config).init(member_key)
+
+        states = jax.vmap(member_init, in_axes=(0, axes))(jax.random.split(init_key, population), configs)
+        run_keys = jax.random.split(run_key, population)
+
+        def one_round(carry, round_index):
+            states, values = carry
+            round_configs = configs.replace(**values)
+
+            def member_round(state, member_key, member_config):
+                program = module.program(member_config)
+                return loop.iterate(program, state, member_key, round_index * interval, interval)
+
+            states, metrics = jax.vmap(member_round, in_axes=(0, 0, axes))(states, run_keys, round_configs)
+            if score_metric not in metrics:
+                raise ValueError(f"score_metric {score_metric!r} is not a metric of {module.__name__}; "
+                                 f"its metrics: {', '.join(sorted(metrics))}")
+            scores = jnp.nanmean(metrics[score_metric], axis=1)
+            new_states, new_values, parents = exploit_and_explore(
+                states, values, scores, jax.random.fold_in(pbt_key, round_index), bounds, fraction, factors)
+            last = round_index == rounds - 1  # no exploit after the final round
+            new_states, new_values, parents = jax.tree.map(
+                lambda kept, changed: jnp.where(last, kept, changed),
+                (states, values, jnp.arange(population)), (new_states, new_values, parents))
+            return (new_states, new_values), (metrics, values, parents, scores)
+
+        (states, values), (metrics, history, parents, scores) = jax.lax.scan(
+            one_round, (states, start_values), jnp.arange(rounds))
+        # metrics [rounds, P, interval] -> [P, iterations], each row following its member slot
+        metrics = jax.tree.map(lambda m: jnp.moveaxis(m, 1, 0).reshape((population, -1) + m.shape[3:]), metrics)
+        history = {name: jnp.concatenate([history[name], values[name][None]]) for name in history}
+        return states, metrics, history, parents, scores
+
+    compiled_start = time.perf_counter()
+    compiled = jax.jit(population_run).lower(jax.random.key(seed), start_values).compile()
+    compile_seconds = time.perf_counter() - compiled_start
+    run_start = time.perf_counter()
+    states, metrics, history, parents, scores = jax.block_until_ready(compiled(jax.random.key(seed), start_values))
+    run_seconds = time.perf_counter() - run_start
+    to_numpy = lambda tree: jax.tree.map(np.asarray, tree)  # noqa: E731
+    return PBTResult(states, to_numpy(metrics), to_numpy(history), np.asarray(parents), np.asarray(scores),
+                     compile_seconds, run_seconds)
