@@ -20,6 +20,21 @@ def is_checkpoint(iteration: jax.Array, num_iterations: int, count: int) -> jax.
     return (iteration + 1) * count // num_iterations > iteration * count // num_iterations
 
 
+def run_if(pred: jax.Array, fn: Callable, otherwise):
+    """``fn()`` if ``pred`` else ``otherwise`` (a pytree like ``fn()``'s result), for a
+    ``pred`` that is not batched by ``jax.vmap``.
+
+    A ``lax.cond`` with one branch, except that ``fn`` may step host envs (an
+    ``io_callback``: :mod:`jaxrl.envs.gymnasium`) under ``jax.vmap``: JAX refuses IO
+    effects inside a vmapped ``cond`` but allows them in a ``while_loop`` whose predicate
+    is unbatched, so this is a loop that runs ``fn`` zero times or once.
+    """
+    def body(carry):
+        return jnp.zeros((), bool), fn()
+
+    return jax.lax.while_loop(lambda carry: carry[0], body, (jnp.asarray(pred, bool), otherwise))[1]
+
+
 def iterate(step: Callable, evaluate: Callable, state, run_key: jax.Array, start: int, stop: int,
             num_iterations: int, num_evals: int, num_reports: int):
     """Run iterations ``start .. stop - 1`` of a run of ``num_iterations``.
@@ -48,8 +63,8 @@ def iterate(step: Callable, evaluate: Callable, state, run_key: jax.Array, start
         # ``index`` comes from the scan, not from vmapped data, so this stays a real
         # branch (evaluation is skipped, not masked) under vmap over seeds or configs.
         nan = jnp.full((), jnp.nan, jnp.float32)
-        metrics["eval_return"], metrics["eval_length"] = jax.lax.cond(
-            is_checkpoint(index, num_iterations, num_evals), run_eval, lambda: (nan, nan)
+        metrics["eval_return"], metrics["eval_length"] = run_if(
+            is_checkpoint(index, num_iterations, num_evals), run_eval, (nan, nan)
         )
         if num_reports:
             jax.lax.cond(

@@ -180,22 +180,32 @@ def random_step(state, key: jax.Array, config, learner_metrics):
     return state, metrics
 
 
+def _phase_iteration(phase_step: Callable, state, key: jax.Array, index: jax.Array, config):
+    return phase_step(state, key, config)
+
+
 def train(init: Callable, step: Callable, warmup_step: Callable, evaluate: Callable, key: jax.Array, config):
     """An off-policy algorithm's ``train``: ``init(key, config)``, then
-    ``config.num_iterations`` iterations in one scan, ``warmup_step(state, key, config)``
+    ``config.num_iterations`` iterations in two scans, ``warmup_step(state, key, config)``
     for the first ``config.warmup_iterations`` and ``step(state, key, config)`` after,
     with ``evaluate(params, key, config)`` at ``config.num_evals`` points. Both steps
     must return metrics with the same names. Returns a :class:`TrainOutput` with metric
     leaves ``[num_iterations]`` (``eval_*`` NaN between evaluations)."""
     init_key, run_key = jax.random.split(key)
-
-    def iteration(state, key, index):
-        # ``index`` is the scan's own counter: unbatched under vmap, so this is a real
-        # branch and warm-up iterations skip the learner's work.
-        return jax.lax.cond(index < config.warmup_iterations, functools.partial(warmup_step, config=config),
-                            functools.partial(step, config=config), state, key)
-
-    state, metrics = loop.iterate(iteration, functools.partial(evaluate, config=config), init(init_key, config),
-                                  run_key, 0, config.num_iterations, config.num_iterations, config.num_evals,
-                                  config.num_reports)
+    state = init(init_key, config)
+    # Two scans, warm-up then learning, rather than a ``lax.cond`` per iteration: the
+    # learner's work is skipped all the same, and JAX allows no host-env steps
+    # (io_callback) inside a vmapped cond. Keys come from the iteration index, so the
+    # split changes no result.
+    phases = [(warmup_step, 0, min(config.warmup_iterations, config.num_iterations)),
+              (step, config.warmup_iterations, config.num_iterations)]
+    metrics = []
+    for phase_step, start, stop in phases:
+        if start < stop:
+            state, phase_metrics = loop.iterate(
+                functools.partial(_phase_iteration, phase_step, config=config),
+                functools.partial(evaluate, config=config), state, run_key, start, stop, config.num_iterations,
+                config.num_evals, config.num_reports)
+            metrics.append(phase_metrics)
+    metrics = jax.tree.map(lambda *parts: jnp.concatenate(parts), *metrics)
     return TrainOutput(state, metrics)
