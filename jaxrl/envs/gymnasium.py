@@ -223,7 +223,9 @@ def make(env_id: str, vectorization_mode: str = "sync", **make_kwargs):
       env_id: a Gymnasium id without the ``"gymnasium:"`` prefix, e.g. ``"CartPole-v1"``.
       vectorization_mode: ``"sync"`` (sub-envs stepped in turn in this process) or
         ``"async"`` (one process per sub-env: for envs whose step costs more than the
-        inter-process round trip, such as MuJoCo's).
+        inter-process round trip, such as MuJoCo's). Async processes are started with
+        multiprocessing's "spawn", so a script needs the ``if __name__ == "__main__":``
+        guard.
       make_kwargs: passed to ``gymnasium.make``; ``max_steps_in_episode`` (gymnax's name)
         is accepted for ``max_episode_steps``.
     There is no ``num_envs``: each reset makes one sub-env per vmapped lane.
