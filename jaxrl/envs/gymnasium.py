@@ -59,7 +59,8 @@ except ImportError as error:  # pragma: no cover - depends on the installation
         "'gymnasium:' env ids need the gymnasium package: pip install 'jaxrl[gymnasium]'"
     ) from error
 
-PREFIX = "gymnasium:"
+from jaxrl.envs import GYMNASIUM_PREFIX as PREFIX  # noqa: E402 - after the import check above
+
 VECTORIZATION_MODES = ("sync", "async")
 
 __all__ = ["PREFIX", "GymnasiumEnv", "GymnasiumParams", "GymnasiumState", "GymnasiumEnvError", "make",
