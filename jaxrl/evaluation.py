@@ -16,6 +16,21 @@ class EvalResult(NamedTuple):
     lengths: jax.Array  # [num_episodes] int32 length of each episode
 
 
+@jax.custom_batching.custom_vmap
+def any_in_batch(x: jax.Array) -> jax.Array:
+    """``jnp.any(x)``, over every ``jax.vmap``-ed copy of ``x`` too: the result is one
+    unbatched bool however ``x`` is vmapped."""
+    return jnp.any(x)
+
+
+@any_in_batch.def_vmap
+def _any_in_batch_rule(axis_size, in_batched, x):
+    del axis_size, in_batched
+    # ``x`` carries the vmapped axis here; calling ``any_in_batch`` again lets an outer
+    # vmap fold its own axis in the same way.
+    return any_in_batch(x), False
+
+
 def evaluate(act_fn: Callable, params, env, key: jax.Array, num_episodes: int,
              env_params=None, max_steps: int | None = None) -> EvalResult:
     """Run ``num_episodes`` episodes in parallel, each to its first end.
@@ -36,6 +51,9 @@ def evaluate(act_fn: Callable, params, env, key: jax.Array, num_episodes: int,
     elif env_params is None:
         env_params = env.default_params
     if max_steps is None:
+        if getattr(env_params, "max_steps_in_episode", None) is None:
+            raise ValueError("the env has no time limit: pass max_steps (for a Gymnasium env, or make it with "
+                             "max_episode_steps=...)")
         max_steps = int(env_params.max_steps_in_episode)
     env = envs.ClipAction(env)
     reset_key, run_key = jax.random.split(key)
@@ -44,7 +62,7 @@ def evaluate(act_fn: Callable, params, env, key: jax.Array, num_episodes: int,
 
     def cond(carry):
         t, *_, running = carry
-        return (t < max_steps) & jnp.any(running)
+        return (t < max_steps) & any_in_batch(running)
 
     def body(carry):
         t, obs, env_state, total, length, running = carry
@@ -59,7 +77,9 @@ def evaluate(act_fn: Callable, params, env, key: jax.Array, num_episodes: int,
         return t + 1, obs, env_state, total, length, running
 
     # A while loop stops as soon as every episode has ended (early in training most
-    # end long before the time limit).
+    # end long before the time limit). Under vmap it runs while any episode of any
+    # vmapped copy runs (``any_in_batch``: finished episodes are masked above), which
+    # keeps the predicate unbatched, as host-env steps (io_callback) require.
     init = (jnp.zeros((), jnp.int32), obs, env_state, jnp.zeros(num_episodes),
             jnp.zeros(num_episodes, jnp.int32), jnp.ones(num_episodes, bool))
     _, _, _, total, length, _ = jax.lax.while_loop(cond, body, init)

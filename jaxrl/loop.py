@@ -21,6 +21,22 @@ def is_checkpoint(iteration: jax.Array, num_iterations: int, count: int) -> jax.
     return (iteration + 1) * count // num_iterations > iteration * count // num_iterations
 
 
+def run_if(pred: jax.Array, fn: Callable, operand):
+    """``fn(operand)`` if ``pred`` else ``operand`` (``fn`` returns a pytree like
+    ``operand``), for a ``pred`` that is not batched by ``jax.vmap``.
+
+    A one-branch ``lax.cond``, except that ``fn`` may step host envs (an ``io_callback``:
+    :mod:`jaxrl.envs.gymnasium`) under ``jax.vmap``: JAX refuses IO effects inside a
+    vmapped ``cond`` but allows them in a ``while_loop`` whose predicate is unbatched, so
+    this is a loop that runs ``fn`` zero times or once. ``fn`` gets the loop's carry,
+    not a closed-over copy, so XLA can update large operands (a replay buffer) in place.
+    """
+    def body(carry):
+        return jnp.zeros((), bool), fn(carry[1])
+
+    return jax.lax.while_loop(lambda carry: carry[0], body, (jnp.asarray(pred, bool), operand))[1]
+
+
 class Program(NamedTuple):
     """A training run, in the pieces that :func:`train` fuses into one scan and
     :mod:`jaxrl.runner` drives in chunks. Every algorithm's ``program(config)`` builds one.
@@ -65,8 +81,8 @@ def iterate(program: Program, state, run_key: jax.Array, start, length: int):
         # ``index`` comes from the scan, not from vmapped data, so this stays a real
         # branch (evaluation is skipped, not masked) under vmap over seeds or configs.
         nan = jnp.full((), jnp.nan, jnp.float32)
-        metrics["eval_return"], metrics["eval_length"] = jax.lax.cond(
-            is_checkpoint(index, program.num_iterations, program.num_evals), run_eval, lambda: (nan, nan)
+        metrics["eval_return"], metrics["eval_length"] = run_if(
+            is_checkpoint(index, program.num_iterations, program.num_evals), lambda _: run_eval(), (nan, nan)
         )
         if program.num_reports:
             jax.lax.cond(

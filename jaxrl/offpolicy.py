@@ -187,10 +187,14 @@ def program(init: Callable, step: Callable, warmup_step: Callable, evaluate: Cal
     return metrics with the same names."""
 
     def iteration(state, key, index):
-        # ``index`` is the scan's own counter: unbatched under vmap, so this is a real
-        # branch and warm-up iterations skip the learner's work.
-        return jax.lax.cond(index < config.warmup_iterations, functools.partial(warmup_step, config=config),
-                            functools.partial(step, config=config), state, key)
+        # ``index`` is the scan's own counter: unbatched under vmap, so these are real
+        # branches and warm-up iterations skip the learner's work. Two one-branch loops
+        # rather than a ``lax.cond``, which refuses host-env steps under vmap.
+        warmup = index < config.warmup_iterations
+        metrics = jax.tree.map(lambda leaf: jnp.zeros(leaf.shape, leaf.dtype),
+                               jax.eval_shape(step, state, key, config)[1])
+        state, metrics = loop.run_if(warmup, lambda carry: warmup_step(carry[0], key, config), (state, metrics))
+        return loop.run_if(~warmup, lambda carry: step(carry[0], key, config), (state, metrics))
 
     return loop.Program(
         init=lambda key: init(key, config), iteration=iteration, evaluate=functools.partial(evaluate, config=config),

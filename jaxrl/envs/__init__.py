@@ -1,4 +1,5 @@
-"""Environments: ``make`` for every gymnax id, ``EnvSpec``, and pure wrappers.
+"""Environments: ``make`` for every gymnax id and every Gymnasium id (``"gymnasium:<id>"``,
+stepped on the host: see :mod:`jaxrl.envs.gymnasium`), ``EnvSpec``, and pure wrappers.
 
 The env API is gymnax >= 1.0: ``reset(key, params) -> (obs, state)`` and
 ``step(key, state, action, params) -> (obs, state, reward, terminated, truncated, info)``
@@ -39,10 +40,24 @@ def registered_ids() -> list[str]:
     return list(gymnax.registered_envs)
 
 
+GYMNASIUM_PREFIX = "gymnasium:"
+
+
+def _gymnasium_bridge():
+    # Imported on demand: Gymnasium is an optional dependency.
+    from jaxrl.envs import gymnasium as bridge
+
+    return bridge
+
+
 def check_env_id(env_id: str) -> None:
-    """Raise ``ValueError`` (with close matches) unless ``env_id`` is known."""
+    """Raise ``ValueError`` (with close matches) unless ``env_id`` is known: a gymnax id,
+    or ``"gymnasium:<id>"`` for any id Gymnasium knows."""
     if not isinstance(env_id, str):
         raise TypeError(f"env_id must be a string, got {env_id!r}")
+    if env_id.startswith(GYMNASIUM_PREFIX):
+        _gymnasium_bridge().check_id(env_id[len(GYMNASIUM_PREFIX):])
+        return
     ids = registered_ids()
     if env_id not in ids:
         close = difflib.get_close_matches(env_id, ids, n=3, cutoff=0.4)
@@ -55,8 +70,13 @@ def make(env_id: str, **env_param_overrides):
 
     ``make("CartPole-v1", max_steps_in_episode=200)`` gives the classic 200-step
     CartPole (time-limit override). Returns ``(env, env_params)``.
+
+    ``make("gymnasium:<id>", **kwargs)`` gives any Gymnasium env with the same API,
+    ``kwargs`` going to ``gymnasium.make`` (see :func:`jaxrl.envs.gymnasium.make`).
     """
     check_env_id(env_id)
+    if env_id.startswith(GYMNASIUM_PREFIX):
+        return _gymnasium_bridge().make(env_id[len(GYMNASIUM_PREFIX):], **env_param_overrides)
     env, params = gymnax.make(env_id)
     if env_param_overrides:
         known = [f.name for f in dataclasses.fields(params)]

@@ -1,0 +1,555 @@
+"""Any Gymnasium environment behind the gymnax API, stepped on the host from compiled code.
+
+    env, env_params = jaxrl.envs.make("gymnasium:Pendulum-v1")
+    out = jax.jit(sac.train)(key, sac.Config(env_id="gymnasium:Pendulum-v1"))
+
+**What runs where.** ``reset`` and ``step`` are written for one env, like a gymnax env's,
+and the caller's ``jax.vmap`` batches them (over env lanes, over seeds, or both). Their
+batching rule folds every vmapped axis into one leading axis, so one time step of all
+lanes of all seeds is ONE ``jax.experimental.io_callback`` into Python: it steps a
+``gymnasium.vector`` env that has one sub-env per lane and hands the results back to the
+compiled program. Everything else (policy, learner, buffers) stays on the device.
+
+**Host envs and handles.** A ``reset`` builds (or reuses) a vector env on the host and
+returns per-lane states holding an integer handle to it, the lane's index and a step
+count; ``step`` finds the vector env through the handle. A state is thus a reference to
+mutable host state, not a value: it can be stepped forward once, and stepping a stale
+copy raises. All lanes of one reset step together, as the vector env does. Each
+``reset`` in a traced program owns one vector env: running it again (the next training
+run, the next evaluation) reuses the vector env with fresh seeds and invalidates the
+states of its previous run. Vector envs are closed when that program and the env object
+are garbage collected, by :func:`close_all`, and at exit.
+
+**Seeds** come from the JAX key: each sub-env is seeded at reset with 32 bits drawn from
+its lane's reset key, so the same key gives the same episodes. Gymnasium's own autoreset
+continues from that generator; the key given to ``step`` is not used.
+
+**Autoreset** runs in Gymnasium's ``SAME_STEP`` mode, which is our convention: the step
+that ends an episode returns the next episode's first observation, the ended episode's
+``terminated`` / ``truncated`` and its last observation in ``info["final_observation"]``
+(elsewhere ``final_observation`` is the observation itself), so targets bootstrap through
+time limits exactly as for gymnax envs.
+
+**Faults.** An exception inside the Gymnasium env becomes a :class:`GymnasiumEnvError`
+naming the env id, the step and the original error; JAX re-raises it from the compiled
+call as a ``RuntimeError`` carrying that message. The failing vector env is closed;
+other envs in the process keep working.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import threading
+import weakref
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+from gymnax.environments import spaces
+from jax.experimental import io_callback
+
+try:
+    import gymnasium
+    from gymnasium.vector import AutoresetMode
+except ImportError as error:  # pragma: no cover - depends on the installation
+    raise ImportError(
+        "'gymnasium:' env ids need the gymnasium package: pip install 'jaxrl[gymnasium]'"
+    ) from error
+
+from jaxrl.envs import GYMNASIUM_PREFIX as PREFIX  # noqa: E402 - after the import check above
+
+VECTORIZATION_MODES = ("sync", "async")
+
+__all__ = ["PREFIX", "GymnasiumEnv", "GymnasiumParams", "GymnasiumState", "GymnasiumEnvError", "make",
+           "check_id", "vector_env", "close_all"]
+
+
+class GymnasiumEnvError(RuntimeError):
+    """An error raised by (or about) a Gymnasium env stepped through the bridge."""
+
+
+@struct.dataclass
+class GymnasiumParams:
+    """The env's parameters live in the Gymnasium env itself (set them with ``make``'s
+    keyword arguments); only the time limit is mirrored here, for evaluation and
+    :func:`jaxrl.envs.spec` (``None``: no time limit)."""
+
+    max_steps_in_episode: int | None = struct.field(pytree_node=False, default=None)
+
+
+@struct.dataclass
+class GymnasiumState:
+    """One lane's reference to its host env (all int32 scalars)."""
+
+    handle: jax.Array  # which reset's vector env
+    lane: jax.Array    # the sub-env within it
+    count: jax.Array   # steps taken since that reset (to detect stale copies)
+
+
+# ----------------------------------------------------------------------------- spaces
+
+
+def _device_dtype(dtype) -> np.dtype:
+    """The dtype arrays of ``dtype`` take on the device: float32 for every float (JAX
+    runs without x64), int32 for integers wider than 32 bits, otherwise unchanged."""
+    dtype = np.dtype(dtype)
+    if np.issubdtype(dtype, np.floating):
+        return np.dtype(np.float32)
+    if np.issubdtype(dtype, np.integer) and dtype.itemsize > 4:
+        return np.dtype(np.int32)
+    return dtype
+
+
+def _bounds(value, dtype) -> np.ndarray:
+    with np.errstate(over="ignore"):  # float64 bounds beyond float32's range become inf
+        return np.asarray(value).astype(dtype)
+
+
+def observation_space(space, env_id: str) -> spaces.Box:
+    """The gymnax space of a Gymnasium observation space (Box, Discrete, MultiDiscrete or
+    MultiBinary: all fixed-shape arrays); anything else is a ``ValueError``."""
+    gym_spaces = gymnasium.spaces
+    if isinstance(space, gym_spaces.Box):
+        dtype = _device_dtype(space.dtype)
+        return spaces.Box(_bounds(space.low, dtype), _bounds(space.high, dtype), tuple(space.shape), dtype)
+    if isinstance(space, gym_spaces.Discrete):
+        return spaces.Box(np.int32(space.start), np.int32(space.start + space.n - 1), (), np.dtype(np.int32))
+    if isinstance(space, gym_spaces.MultiDiscrete):
+        low = np.asarray(space.start, np.int32)
+        return spaces.Box(low, low + np.asarray(space.nvec, np.int32) - 1, tuple(space.shape), np.dtype(np.int32))
+    if isinstance(space, gym_spaces.MultiBinary):
+        return spaces.Box(np.int8(0), np.int8(1), tuple(space.shape), np.dtype(np.int8))
+    raise ValueError(
+        f"unsupported observation space {space} of Gymnasium env {env_id!r}: the bridge supports Box, "
+        "Discrete, MultiDiscrete and MultiBinary observations"
+    )
+
+
+def action_space(space, env_id: str):
+    """The gymnax space of a Gymnasium action space: ``Discrete`` (actions 0..n-1, shifted
+    by the space's ``start`` on the host) or a float ``Box``; anything else is a
+    ``ValueError``."""
+    if isinstance(space, gymnasium.spaces.Discrete):
+        return spaces.Discrete(int(space.n))
+    if isinstance(space, gymnasium.spaces.Box) and np.issubdtype(space.dtype, np.floating):
+        dtype = np.dtype(np.float32)
+        return spaces.Box(_bounds(space.low, dtype), _bounds(space.high, dtype), tuple(space.shape), dtype)
+    raise ValueError(
+        f"unsupported action space {space} of Gymnasium env {env_id!r}: the bridge supports Discrete and "
+        "float Box actions"
+    )
+
+
+# ----------------------------------------------------------------------------- ids and make
+
+
+def check_id(env_id: str) -> None:
+    """Raise ``ValueError`` unless Gymnasium knows ``env_id`` (given without the prefix;
+    ``"module:Id"`` imports ``module`` first, as ``gymnasium.make`` does)."""
+    try:
+        gymnasium.spec(env_id)
+    except (gymnasium.error.Error, ImportError) as error:
+        raise ValueError(f"unknown Gymnasium env id {env_id!r} ({PREFIX}{env_id}): {error}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class _HostSpec:
+    """What the host needs to build and drive the vector envs of one ``make``."""
+
+    env_id: str
+    make_kwargs: dict
+    vectorization_mode: str
+    obs_shape: tuple
+    obs_dtype: np.dtype
+    discrete: bool
+    action_start: int        # Discrete actions: Gymnasium's ``start``
+    action_shape: tuple      # () for Discrete actions
+    action_dtype: np.dtype   # Box actions: the dtype Gymnasium expects
+
+    def make_vector_env(self, num_envs: int):
+        vector_kwargs = {"autoreset_mode": AutoresetMode.SAME_STEP}
+        if self.vectorization_mode == "async":
+            # Forking a process that runs JAX's threads can deadlock the child.
+            vector_kwargs["context"] = "spawn"
+        return gymnasium.make_vec(self.env_id, num_envs=num_envs, vectorization_mode=self.vectorization_mode,
+                                  vector_kwargs=vector_kwargs, **self.make_kwargs)
+
+    def actions_from_bits(self, bits: np.ndarray) -> np.ndarray:
+        """Actions ``[B, *action_shape]`` (int32 or float32) from their int32 bits ``[B, A]``."""
+        return bits.view(np.int32 if self.discrete else np.float32).reshape((-1,) + self.action_shape)
+
+    def to_host_actions(self, action: np.ndarray) -> np.ndarray:
+        if self.discrete:
+            return action.astype(np.int64) + self.action_start
+        return action.astype(self.action_dtype)
+
+    def to_device_obs(self, obs) -> np.ndarray:
+        return np.asarray(obs).astype(self.obs_dtype, copy=False).reshape((-1,) + self.obs_shape)
+
+
+_PROBES: dict = {}  # (env_id, sorted make_kwargs) -> what _probe found
+
+
+def _probe(env_id: str, make_kwargs: dict):
+    """``(observation_space, action_space, max_episode_steps)`` of one instance made with
+    ``make_kwargs`` (reusing the answer for the same arguments)."""
+    try:
+        key = (env_id, tuple(sorted(make_kwargs.items())))
+        hash(key)
+    except TypeError:  # unhashable argument values: probe every time
+        key = None
+    if key is not None and key in _PROBES:
+        return _PROBES[key]
+    try:
+        env = gymnasium.make(env_id, **make_kwargs)
+    except Exception as error:
+        raise ValueError(f"gymnasium.make({env_id!r}, **{make_kwargs!r}) failed: {type(error).__name__}: {error}") \
+            from error
+    try:
+        answer = (env.observation_space, env.action_space, env.spec.max_episode_steps if env.spec else None)
+    finally:
+        env.close()
+    if key is not None:
+        _PROBES[key] = answer
+    return answer
+
+
+def make(env_id: str, vectorization_mode: str = "sync", **make_kwargs):
+    """A Gymnasium env with the gymnax API. Returns ``(env, env_params)``.
+
+    Args:
+      env_id: a Gymnasium id without the ``"gymnasium:"`` prefix, e.g. ``"CartPole-v1"``.
+      vectorization_mode: ``"sync"`` (sub-envs stepped in turn in this process) or
+        ``"async"`` (one process per sub-env: for envs whose step costs more than the
+        inter-process round trip, such as MuJoCo's). Async processes are started with
+        multiprocessing's "spawn", so a script needs the ``if __name__ == "__main__":``
+        guard.
+      make_kwargs: passed to ``gymnasium.make``; ``max_steps_in_episode`` (gymnax's name)
+        is accepted for ``max_episode_steps``.
+    There is no ``num_envs``: each reset makes one sub-env per vmapped lane.
+    """
+    check_id(env_id)
+    if vectorization_mode not in VECTORIZATION_MODES:
+        raise ValueError(f"vectorization_mode must be one of {list(VECTORIZATION_MODES)}, got {vectorization_mode!r}")
+    if "num_envs" in make_kwargs:
+        raise ValueError("num_envs is not an argument of a Gymnasium env: each reset makes one host env per "
+                         "vmapped lane (set the algorithm's num_envs)")
+    if "max_steps_in_episode" in make_kwargs:
+        if "max_episode_steps" in make_kwargs:
+            raise ValueError("give max_episode_steps or max_steps_in_episode, not both")
+        make_kwargs["max_episode_steps"] = make_kwargs.pop("max_steps_in_episode")
+    env = GymnasiumEnv(env_id, make_kwargs, vectorization_mode)
+    return env, env.default_params
+
+
+# ----------------------------------------------------------------------------- the env
+
+
+class GymnasiumEnv:
+    """A Gymnasium env id with the gymnax API (see the module docstring). Make it with
+    :func:`jaxrl.envs.make` (``"gymnasium:<id>"``)."""
+
+    def __init__(self, env_id: str, make_kwargs: dict, vectorization_mode: str = "sync"):
+        obs_space, act_space, max_steps = _probe(env_id, make_kwargs)
+        self.env_id = env_id
+        self._observation_space = observation_space(obs_space, env_id)
+        self._action_space = action_space(act_space, env_id)
+        self._max_steps = max_steps
+        discrete = isinstance(self._action_space, spaces.Discrete)
+        self._host = _HostSpec(
+            env_id=env_id, make_kwargs=dict(make_kwargs), vectorization_mode=vectorization_mode,
+            obs_shape=tuple(self._observation_space.shape), obs_dtype=np.dtype(self._observation_space.dtype),
+            discrete=discrete, action_start=int(act_space.start) if discrete else 0,
+            action_shape=tuple(self._action_space.shape), action_dtype=np.dtype(act_space.dtype),
+        )
+        # The resets traced from this object: they own the host envs, so these stay open
+        # while the object is alive as well as while a compiled program using them is.
+        self._reset_sites: list[_ResetSite] = []
+
+    @property
+    def name(self) -> str:
+        return PREFIX + self.env_id
+
+    @property
+    def default_params(self) -> GymnasiumParams:
+        return GymnasiumParams(max_steps_in_episode=self._max_steps)
+
+    @property
+    def num_actions(self) -> int:
+        return self._action_space.n
+
+    def observation_space(self, params=None):
+        return self._observation_space
+
+    def action_space(self, params=None):
+        return self._action_space
+
+    def reset(self, key: jax.Array, params: GymnasiumParams | None = None):
+        """Start an episode in one env: ``(obs [*obs_shape], state)``.
+
+        Batch it with ``jax.vmap`` over keys ``[N]``: the N lanes (times any outer vmap)
+        become one vector env, reset in one host call, each sub-env seeded from its key.
+        """
+        del params
+        site = _ResetSite(self._host)
+        self._reset_sites.append(site)
+        seed = jax.random.bits(key, dtype=jnp.uint32)
+        obs, ref = _batched_callback(site, (self._obs_struct(), jax.ShapeDtypeStruct((2,), jnp.int32)), seed)
+        return obs, GymnasiumState(handle=ref[0], lane=ref[1], count=jnp.zeros((), jnp.int32))
+
+    def step(self, key: jax.Array, state: GymnasiumState, action, params: GymnasiumParams | None = None):
+        """One step of one env (batch it with ``jax.vmap``, one host call for all lanes).
+
+        Returns ``(obs, state, reward, terminated, truncated, info)`` with float32
+        ``reward``, bool flags and ``info["final_observation"]`` (see the module
+        docstring). ``key`` is unused: the host env draws from its own seeded generator.
+        """
+        del key, params
+        action = jnp.reshape(jnp.asarray(action, self._action_space.dtype), self._action_space.shape)
+        # One int32 array in, two arrays out: JAX copies every callback argument and
+        # result on its own, at a cost per array that exceeds a CartPole step.
+        packed = jnp.concatenate([jnp.stack([state.handle, state.lane, state.count]).astype(jnp.int32),
+                                  _bits(action).reshape(-1)])
+        obs_pair, scalars = _batched_callback(
+            _step_host,
+            (jax.ShapeDtypeStruct((2,) + self._host.obs_shape, self._host.obs_dtype),
+             jax.ShapeDtypeStruct((4,), jnp.int32)),
+            packed,
+        )
+        obs, final_obs = obs_pair[0], obs_pair[1]
+        reward = jax.lax.bitcast_convert_type(scalars[0], jnp.float32)
+        terminated, truncated = scalars[1].astype(bool), scalars[2].astype(bool)
+        info = {
+            "discount": 1.0 - terminated.astype(jnp.float32),
+            "terminated": terminated,
+            "truncated": truncated,
+            "final_observation": final_obs,
+        }
+        return obs, state.replace(count=scalars[3]), reward, terminated, truncated, info
+
+    def _obs_struct(self):
+        return jax.ShapeDtypeStruct(self._host.obs_shape, self._host.obs_dtype)
+
+
+def _bits(x: jax.Array) -> jax.Array:
+    """int32 or float32 ``x`` as int32 (the same bits)."""
+    return x if x.dtype == jnp.int32 else jax.lax.bitcast_convert_type(x.astype(jnp.float32), jnp.int32)
+
+
+def _batched_callback(callback, result_structs: tuple, *args):
+    """``io_callback(callback, ...)`` for one env's ``args``, made ONE host call under
+    any nesting of ``jax.vmap``.
+
+    ``io_callback`` alone would loop over a vmapped axis with one call per element. Here
+    the callback always gets every argument with a single leading axis ``[B]`` (B = the
+    product of all vmapped sizes; 1 without vmap) and returns ``result_structs`` with
+    that leading axis; the result is one env's, ``result_structs``-shaped.
+    """
+
+    @jax.custom_batching.custom_vmap
+    def call(*batched):
+        size = batched[0].shape[0]
+        shapes = tuple(jax.ShapeDtypeStruct((size,) + s.shape, s.dtype) for s in result_structs)
+        return io_callback(callback, shapes, *batched)
+
+    @call.def_vmap
+    def fold_axis(axis_size, in_batched, *batched):
+        # Merge the new vmapped axis into the leading one and call ``call`` again: an
+        # outer vmap (over seeds) batches that call with this same rule, so its axis
+        # joins the same host call instead of looping over it.
+        batched = [x if b else jnp.broadcast_to(x, (axis_size,) + x.shape) for x, b in zip(batched, in_batched)]
+        outs = call(*(x.reshape((-1,) + x.shape[2:]) for x in batched))
+        return tuple(o.reshape((axis_size, -1) + o.shape[1:]) for o in outs), (True,) * len(outs)
+
+    outs = call(*(jnp.asarray(x)[None] for x in args))
+    return tuple(o[0] for o in outs)
+
+
+# ----------------------------------------------------------------------------- the host side
+
+# Live vector envs by handle. Callbacks of different programs can run on different
+# threads, hence the lock around the registry (each batch also has its own).
+_BATCHES: dict[int, _Batch] = {}
+_LOCK = threading.RLock()
+_HANDLES = itertools.count(1)
+
+
+class _Batch:
+    """The vector env of one run of a reset, with one sub-env per lane."""
+
+    def __init__(self, host: _HostSpec, vector_env, num_envs: int):
+        self.host = host
+        self.vector_env = vector_env
+        self.num_envs = num_envs
+        self.handle = next(_HANDLES)
+        self.count = 0  # steps since the reset
+        self.lanes = np.arange(num_envs)
+        self.closed = False
+        self.lock = threading.Lock()
+
+    def describe(self) -> str:
+        return f"Gymnasium env {self.host.env_id!r} ({self.num_envs} envs, handle {self.handle})"
+
+    def close(self) -> None:
+        with _LOCK:
+            _BATCHES.pop(self.handle, None)
+        if not self.closed:
+            self.closed = True
+            try:
+                self.vector_env.close()
+            except Exception:  # noqa: BLE001 - a broken env may fail to close; it is dropped anyway
+                pass
+
+    def retire(self) -> bool:
+        """Unregister without closing the vector env (to reuse it); False if closed."""
+        with self.lock:
+            if self.closed:
+                return False
+            self.closed = True
+        with _LOCK:
+            _BATCHES.pop(self.handle, None)
+        return True
+
+    def reset(self, seeds: np.ndarray) -> np.ndarray:
+        try:
+            obs, _ = self.vector_env.reset(seed=[int(s) for s in seeds])
+        except Exception as error:
+            self.close()
+            raise GymnasiumEnvError(f"{self.describe()} raised in reset: {type(error).__name__}: {error}") from error
+        return self.host.to_device_obs(obs)
+
+    def step(self, lanes: np.ndarray, counts: np.ndarray, actions: np.ndarray):
+        """Step every sub-env with the actions of ``lanes`` (any order, each lane once).
+        Returns ``obs_pair [B, 2, ...]`` (observation, final observation) and int32
+        ``scalars [B, 4]`` (reward's float32 bits, terminated, truncated, count), in the
+        order of ``lanes``."""
+        with self.lock:
+            if self.closed:
+                raise GymnasiumEnvError(f"{self.describe()} is closed")
+            in_order = np.array_equal(lanes, self.lanes)  # the usual case: no reordering
+            if not in_order and not np.array_equal(np.sort(lanes), self.lanes):
+                raise GymnasiumEnvError(
+                    f"{self.describe()}: a step must take every lane of a reset exactly once (the vector env steps "
+                    f"all its sub-envs together), got lanes {lanes.tolist()}"
+                )
+            if np.any(counts != self.count):
+                raise GymnasiumEnvError(
+                    f"{self.describe()} is at step {self.count} but was given states from step(s) "
+                    f"{sorted(set(counts.tolist()))}: a bridged env state refers to host envs and can be stepped "
+                    "only once (host envs cannot be copied or rewound)"
+                )
+            if not in_order:
+                by_lane = np.empty_like(actions)
+                by_lane[lanes] = actions
+                actions = by_lane
+            try:
+                obs, reward, terminated, truncated, info = self.vector_env.step(self.host.to_host_actions(actions))
+            except Exception as error:
+                self.close()
+                raise GymnasiumEnvError(
+                    f"{self.describe()} raised at step {self.count + 1} after reset: {type(error).__name__}: {error}"
+                ) from error
+            self.count += 1
+            obs_pair = np.empty((self.num_envs, 2) + self.host.obs_shape, self.host.obs_dtype)
+            obs_pair[:, 0] = self.host.to_device_obs(obs)
+            obs_pair[:, 1] = obs_pair[:, 0]
+            for lane in np.flatnonzero(info.get("_final_obs", ())):
+                obs_pair[lane, 1] = self.host.to_device_obs(info["final_obs"][lane])[0]
+            scalars = np.empty((self.num_envs, 4), np.int32)
+            scalars[:, 0] = np.asarray(reward, np.float32).view(np.int32)
+            scalars[:, 1] = terminated
+            scalars[:, 2] = truncated
+            scalars[:, 3] = self.count
+            if not in_order:
+                obs_pair, scalars = obs_pair[lanes], scalars[lanes]
+            return obs_pair, scalars
+
+
+def _lookup(handle: int) -> _Batch:
+    with _LOCK:
+        batch = _BATCHES.get(handle)
+    if batch is None:
+        raise GymnasiumEnvError(
+            f"no live Gymnasium env has handle {handle}: its reset ran again, it was closed after an error or by "
+            "close_all(), or the state comes from another process (a checkpoint); reset the env"
+        )
+    return batch
+
+
+class _ResetSite:
+    """One ``reset`` in a traced program (the io_callback there holds it) and the vector
+    env its last run created, kept in a one-element list its finaliser can reach."""
+
+    def __init__(self, host: _HostSpec):
+        self.host = host
+        self.current: list[_Batch | None] = [None]
+        weakref.finalize(self, _close_current, self.current)
+
+    def __call__(self, seeds: jax.Array):
+        seeds = np.asarray(seeds)
+        num_envs = seeds.shape[0]
+        old = self.current[0]
+        self.current[0] = None
+        if old is not None and old.num_envs == num_envs and old.retire():
+            # Reuse the vector env under a new handle, which invalidates the previous
+            # run's states (making sub-envs costs more than resetting them).
+            batch = _Batch(self.host, old.vector_env, num_envs)
+        else:
+            if old is not None:
+                old.close()
+            try:
+                vector_env = self.host.make_vector_env(num_envs)
+            except Exception as error:
+                raise GymnasiumEnvError(f"could not make {num_envs} Gymnasium env(s) {self.host.env_id!r}: "
+                                        f"{type(error).__name__}: {error}") from error
+            batch = _Batch(self.host, vector_env, num_envs)
+        obs = batch.reset(seeds)
+        with _LOCK:
+            _BATCHES[batch.handle] = batch
+        self.current[0] = batch
+        return obs, np.stack([np.full(num_envs, batch.handle), np.arange(num_envs)], axis=1).astype(np.int32)
+
+
+def _close_current(current: list) -> None:
+    if current[0] is not None:
+        current[0].close()
+        current[0] = None
+
+
+def _step_host(packed):
+    """The step callback. ``packed [B, 3 + A]`` int32 holds each lane's handle, lane and
+    count and its action's bits; the lanes may come from several resets in any order
+    (each reset's vector env is stepped once). Returns ``(obs_pair, scalars)`` as
+    :meth:`_Batch.step` does, for all B lanes."""
+    packed = np.asarray(packed)
+    handles, lanes, counts = packed[:, 0], packed[:, 1], packed[:, 2]
+    if np.all(handles == handles[0]):  # the usual case: every lane from one reset
+        batch = _lookup(int(handles[0]))
+        return batch.step(lanes, counts, batch.host.actions_from_bits(packed[:, 3:]))
+    results = None
+    for handle in np.unique(handles):
+        where = np.flatnonzero(handles == handle)
+        batch = _lookup(int(handle))
+        outs = batch.step(lanes[where], counts[where], batch.host.actions_from_bits(packed[where, 3:]))
+        if results is None:
+            results = [np.empty((handles.shape[0],) + o.shape[1:], o.dtype) for o in outs]
+        for result, out in zip(results, outs):
+            result[where] = out
+    return tuple(results)
+
+
+def vector_env(handle) -> Any:
+    """The live ``gymnasium.vector`` env behind a state's handle (an int or a scalar
+    array), for inspection: sub-env ``i`` serves lane ``i``."""
+    return _lookup(int(np.asarray(handle).reshape(-1)[0])).vector_env
+
+
+def close_all() -> None:
+    """Close every host env the bridge holds (states referring to them become invalid)."""
+    with _LOCK:
+        batches = list(_BATCHES.values())
+    for batch in batches:
+        batch.close()
