@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl import envs
 from jaxrl import logging as jaxrl_logging
 
 LOGGER_NAMES = ("console", "csv", "jsonl", "tensorboard")
@@ -170,6 +171,10 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, chunk
                          f"got {metrics_every!r}")
     if checkpoint_every is not None and (not isinstance(checkpoint_every, int) or checkpoint_every < 1):
         raise ValueError(f"checkpoint_every must be an int >= 1 (chunks between checkpoints), got {checkpoint_every!r}")
+    if resume and str(getattr(config, "env_id", "")).startswith(envs.GYMNASIUM_PREFIX):
+        # A host env's state lives in its Python process, not in the checkpointed pytree.
+        raise ValueError(f"resume is not supported for host envs ({config.env_id}): their state is not in the "
+                         f"checkpoint; checkpoints of such runs hold the agent (params, optimiser) only")
     if (checkpoint_every is not None or resume) and logdir is None:
         raise ValueError("checkpoint_every and resume need a logdir to keep checkpoints in")
     for logger in loggers:

@@ -245,12 +245,15 @@ def test_a_checkpoint_of_another_structure_is_a_clear_error(ppo_run, tmp_path):
     ({"seeds": 0}, "seeds must be an int >= 1"),
     ({"loggers": ("console", "wandb")}, "unknown logger 'wandb'"),
     ({"dataset": {"obs": np.zeros(3)}}, "ppo does not learn from a dataset"),
+    ({"resume": True, "logdir": "x", "config": ppo.Config(env_id="gymnasium:CartPole-v1")},
+     "resume is not supported for host envs"),
 ])
 def test_bad_arguments_are_clear_errors(kwargs, message, tmp_path):
     if kwargs.get("logdir") == "x":
         kwargs["logdir"] = str(tmp_path / "x")
+    config = kwargs.pop("config", make_config("ppo"))
     with pytest.raises((ValueError, TypeError), match=message):
-        runner.run("ppo", make_config("ppo"), **kwargs)
+        runner.run("ppo", config, **kwargs)
 
 
 def test_an_unknown_target_metric_is_a_clear_error():
