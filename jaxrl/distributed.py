@@ -13,9 +13,13 @@ splits over a :class:`jax.sharding.Mesh`:
 * **One run, data parallel**: :func:`train_data_parallel` (or :func:`data_parallel` on
   any :class:`jaxrl.loop.Program`) keeps every state field but the env batch
   (``state.env_state`` / ``state.obs``, leading ``[num_envs]``) replicated and shards
-  the env batch over the devices. The partitioner then steps each device's envs
-  locally and turns the loss's reductions over the batch into all-reduces, so the
-  gradients every device applies are the same average over all envs.
+  the env batch over the devices, so each device steps and acts for its own envs. The
+  learner's split is the partitioner's choice: an update on the whole ``[T, N]`` batch
+  (A2C) runs on each device's share, the gradients all-reduced into their mean; PPO's
+  minibatches (a global shuffle) and replay samples (from the replicated buffer) are
+  gathered, and every device computes the same update. Either way every device ends
+  each iteration with the same params, equal to the single-device run's to float
+  tolerance.
 
 Multi-host: call :func:`initialize` first in every process (it wraps
 ``jax.distributed.initialize`` and selects CPU collectives); :func:`make_mesh` then
@@ -26,13 +30,14 @@ parallel run) are readable on every process; lane-sharded ones through :func:`to
     from jaxrl import distributed
     from jaxrl.algorithms import ppo
 
-    distributed.initialize()                   # no-op on one process (see its docstring)
+    distributed.initialize()                   # joins a cluster JAX detects (SLURM, ...); else no-op
     out = distributed.train_seeds("ppo", ppo.Config(), jax.random.split(jax.random.key(0), 8))
     out = distributed.train_data_parallel("ppo", ppo.Config(num_envs=64), jax.random.key(0))
 """
 
 from __future__ import annotations
 
+import os
 import time
 from types import ModuleType
 from typing import NamedTuple
@@ -55,40 +60,45 @@ ENV_FIELDS = ("env_state", "obs")
 
 
 def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
-               process_id: int | None = None, local_device_ids=None, **kwargs) -> None:
-    """Join this process to a multi-process JAX run (``jax.distributed.initialize``).
+               process_id: int | None = None, **kwargs) -> None:
+    """Join this process to a multi-process JAX run (``jax.distributed.initialize``),
+    so that ``jax.devices()`` and :func:`make_mesh` span every process's devices.
 
-    Call it before anything else touches JAX (after importing jaxrl). With
-    ``num_processes`` of 1 or no arguments outside a cluster JAX can detect (SLURM,
-    Open MPI, TPU pods), it does nothing, so one script serves one or many processes.
-    On CPU, cross-process collectives go through gloo.
+    Call it before anything starts JAX's backends: before any JAX computation and before
+    importing ``jaxrl.algorithms`` or ``jaxrl.envs`` (gymnax computes on import). It
+    does nothing for ``num_processes=1``, or without arguments where JAX would find no
+    cluster (no ``JAX_COORDINATOR_ADDRESS``, SLURM, Open MPI, Kubernetes or Cloud TPU
+    environment), so one script serves one process or many. On CPU the processes
+    exchange data through gloo.
 
     Args:
       coordinator_address: ``"host:port"`` of process 0, the same in every process.
-      num_processes / process_id: the number of processes and this one's index.
-      local_device_ids / kwargs: passed on to ``jax.distributed.initialize``.
+      num_processes / process_id: how many processes, and this one's index.
+      kwargs: passed on (``local_device_ids``, ``initialization_timeout``, ...).
     """
-    if num_processes == 1 or (coordinator_address is None and num_processes is None and process_id is None
-                              and not _cluster_detected()):
+    if num_processes == 1:
+        return
+    if coordinator_address is None and num_processes is None and process_id is None and not _cluster_detected():
         return
     from jax._src import xla_bridge
 
     if xla_bridge.backends_are_initialized():
         raise RuntimeError(
-            "distributed.initialize must run before JAX starts its backends: call it right after importing "
-            "jaxrl.distributed, before any JAX computation or importing jaxrl.algorithms / jaxrl.envs (gymnax "
-            "computes on import)")
-    # CPU devices of different processes can only exchange data through a collectives
-    # implementation; the default ("none") fails the first cross-process all-reduce.
+            "distributed.initialize must run before JAX starts its backends: call it before any JAX computation "
+            "and before importing jaxrl.algorithms or jaxrl.envs (gymnax computes on import)")
+    # CPU devices of different processes exchange data only through a collectives
+    # implementation; without one the first cross-process collective fails.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator_address, num_processes, process_id,
-                               local_device_ids=local_device_ids, **kwargs)
+    jax.distributed.initialize(coordinator_address, num_processes, process_id, **kwargs)
 
 
 def _cluster_detected() -> bool:
+    """Whether ``jax.distributed.initialize()`` would find its settings on its own (the
+    test JAX runs, through its private cluster registry)."""
     from jax._src.clusters import ClusterEnv
 
-    return any(env.is_env_present() for env in ClusterEnv._cluster_types)
+    return bool(os.environ.get("JAX_COORDINATOR_ADDRESS")) or any(
+        not env.opt_in_only_method and env.is_env_present() for env in ClusterEnv._cluster_types)
 
 
 def make_mesh(devices=None) -> Mesh:
@@ -275,6 +285,9 @@ def train_data_parallel(algorithm, config, key: jax.Array, mesh: Mesh | None = N
     Params and metrics come back replicated (readable on every process); the env
     fields stay split. Metric leaves are ``[num_iterations]`` as for ``train``.
     """
+    if not (isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) and key.ndim == 0):
+        raise ValueError(f"key must be one typed key, e.g. jax.random.key(0); got "
+                         f"{getattr(key, 'dtype', type(key).__name__)} of shape {np.shape(key)}")
     mesh = _auto(mesh)
     module = _module(algorithm)
     num_envs = getattr(config, "num_envs", None)
@@ -283,9 +296,6 @@ def train_data_parallel(algorithm, config, key: jax.Array, mesh: Mesh | None = N
     if num_envs % mesh.size:
         raise ValueError(f"num_envs={num_envs} must be a multiple of the mesh's {mesh.size} devices "
                          f"(each device steps num_envs / {mesh.size} envs)")
-    if not (isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) and key.ndim == 0):
-        raise ValueError(f"key must be one typed key, e.g. jax.random.key(0); got "
-                         f"{getattr(key, 'dtype', type(key).__name__)} of shape {np.shape(key)}")
     program = data_parallel(module.program(config), mesh)
     impl = jax.random.key_impl(key)
     train = jax.jit(lambda key_data: loop.train(program, jax.random.wrap_key_data(key_data, impl=impl)))
