@@ -5,7 +5,7 @@ and the statistics that summarise them.
     from jaxrl.algorithms import ppo
 
     settings = sweep.grid(learning_rate=[1e-4, 3e-4, 1e-3], gamma=[0.98, 0.99])   # 6 settings
-    result = sweep.run("ppo", ppo.Config(), settings, seeds=8)   # one jit(vmap(vmap(train)))
+    result = sweep.run("ppo", ppo.Config(), settings, seeds=8)   # one jit(vmap(train)) over 48 lanes
     result.metrics["eval_return"]                                # [settings, seeds, iterations]
     table = sweep.summarize(result)                              # mean, stderr, IQM, 95% CI per setting
     sweep.best(table)
@@ -22,14 +22,13 @@ import dataclasses
 import difflib
 import itertools
 import math
-import time
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl.config import static_fields, sweep_axes
+from jaxrl.config import static_fields
 
 
 @dataclasses.dataclass
@@ -125,8 +124,9 @@ def swept_config(config, settings: dict):
     return configs
 
 
-def run(algorithm, config, settings: dict, seeds: int = 1, seed: int = 0) -> SweepResult:
-    """Train every (setting, seed) lane in one ``jit(vmap(vmap(train)))``.
+def run(algorithm, config, settings: dict, seeds: int = 1, seed: int = 0, mesh=None) -> SweepResult:
+    """Train every (setting, seed) lane in one compiled ``vmap`` of ``train``, the lanes
+    split over the devices of ``mesh``.
 
     Args:
       algorithm: a name (``"ppo"``) or an algorithm module.
@@ -135,23 +135,20 @@ def run(algorithm, config, settings: dict, seeds: int = 1, seed: int = 0) -> Swe
       seeds / seed: seed ``i`` of every setting trains from
         ``jax.random.split(jax.random.key(seed), seeds)[i]``, so lane ``(c, i)`` equals
         ``train(that key, config with setting c)``.
+      mesh: a ``jax.sharding.Mesh`` to split the ``C * seeds`` lanes over (default:
+        :func:`jaxrl.distributed.make_mesh`, every device of every process; a lane count
+        the devices do not divide is padded, see :func:`jaxrl.distributed.train_lanes`).
     """
-    from jaxrl import algorithms
+    from jaxrl import algorithms, distributed
 
     module = algorithms.get(algorithm) if isinstance(algorithm, str) else algorithm
     if not isinstance(seeds, int) or seeds < 1:
         raise ValueError(f"seeds must be an int >= 1, got {seeds!r}")
     configs = swept_config(config, settings)
     keys = jax.random.split(jax.random.key(seed), seeds)
-    lanes = jax.jit(jax.vmap(jax.vmap(module.train, in_axes=(0, None)), in_axes=(None, sweep_axes(configs))))
-    start = time.perf_counter()
-    compiled = lanes.lower(keys, configs).compile()
-    compile_seconds = time.perf_counter() - start
-    start = time.perf_counter()
-    output = jax.block_until_ready(compiled(keys, configs))
-    run_seconds = time.perf_counter() - start
+    output, compile_seconds, run_seconds = distributed.train_lanes(module, keys, configs, mesh)
     swept = {name: np.asarray(values) for name, values in settings.items()}  # as given, not float32
-    return SweepResult(swept, jax.tree.map(np.asarray, output.metrics), output.state, compile_seconds, run_seconds)
+    return SweepResult(swept, distributed.to_host(output.metrics), output.state, compile_seconds, run_seconds)
 
 
 # ----------------------------------------------------------------------------- statistics
