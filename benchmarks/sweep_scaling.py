@@ -4,25 +4,33 @@ compiled program (``jaxrl.sweep.run``), against the same lanes trained one by on
     python benchmarks/sweep_scaling.py                         # lanes 1 4 16 64, 32,768 env steps per lane
     python benchmarks/sweep_scaling.py --lanes 1 4 --total-timesteps 16384 --plot sweep.png
     python benchmarks/sweep_scaling.py --markdown sweep.md
+    python benchmarks/sweep_scaling.py --devices 2            # plus the sweep split over 2 host devices
 
 Lanes: 1 = one learning rate x 1 seed; L >= 4 = L / 4 learning rates (log-spaced in
 [1e-4, 3e-3]) x 4 seeds. Every lane runs ``ppo.Config`` (PureJaxRL's CartPole settings)
 with ``total_timesteps`` from the command line.
 
-* sweep: ``jaxrl.sweep.run``, i.e. ``jit(vmap(vmap(ppo.train)))``; compile time is
+* sweep: ``jaxrl.sweep.run``, i.e. ``jit(vmap(ppo.train))`` over the lanes; compile time is
   ``lower`` + ``compile``, run time the compiled call until ``block_until_ready``.
 * one by one: ``jax.jit(ppo.train)`` compiled once, before all rows (the learning rate
   is a traced field, so every lane reuses it; its compile time is printed below the
   table), then each lane called in turn; run time is the sum.
 
+* sharded (``--devices N``): the same ``jaxrl.sweep.run``, its lanes split over N
+  devices (``jaxrl.distributed``); on a CPU those are N forced host devices
+  (``--xla_force_host_platform_device_count``), so it runs in a subprocess started
+  with that flag, after the other measurements.
+
 Steps/s = lanes x env steps per lane / run time. The ratio is sweep steps/s over
-one-by-one steps/s. Everything runs in this one process, one measurement at a time.
+one-by-one steps/s. Everything else runs in this one process, one measurement at a time.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import time
 
@@ -54,9 +62,25 @@ def compile_single(config):
     return compiled, time.perf_counter() - start
 
 
+def measure_sweep(lanes: int, config):
+    learning_rates, seeds = lanes_layout(lanes)
+    return sweep.run("ppo", config, {"learning_rate": learning_rates}, seeds=seeds)
+
+
+def measure_sharded(args) -> list[dict]:
+    """The sharded column: this script again, in a process with ``args.devices`` host
+    devices, measuring only ``sweep.run`` (one JSON line per lane count)."""
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={args.devices}".strip()
+    command = [sys.executable, os.path.abspath(__file__), "--sharded-worker", "--total-timesteps",
+               str(args.total_timesteps), "--lanes", *map(str, args.lanes)]
+    out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
 def measure(lanes: int, config, compiled) -> dict:
     learning_rates, seeds = lanes_layout(lanes)
-    result = sweep.run("ppo", config, {"learning_rate": learning_rates}, seeds=seeds)
+    result = measure_sweep(lanes, config)
     steps = int(np.max(result.metrics["timesteps"][..., -1]))
 
     keys = jax.random.split(jax.random.key(0), seeds)
@@ -76,12 +100,16 @@ def measure(lanes: int, config, compiled) -> dict:
 
 HEADERS = ["lanes", "settings x seeds", "sweep compile s", "sweep run s", "sweep steps/s",
            "one-by-one run s", "one-by-one steps/s", "ratio", "mean final eval return"]
+SHARDED_HEADERS = ["sharded compile s", "sharded run s", "sharded steps/s"]
 
 
 def row(r: dict) -> list[str]:
-    return [str(r["lanes"]), r["layout"], f"{r['sweep_compile']:.1f}", f"{r['sweep_run']:.2f}",
-            f"{r['sweep_rate']:,.0f}", f"{r['single_run']:.2f}",
-            f"{r['single_rate']:,.0f}", f"{r['ratio']:.1f}x", f"{r['final_return']:.1f}"]
+    cells = [str(r["lanes"]), r["layout"], f"{r['sweep_compile']:.1f}", f"{r['sweep_run']:.2f}",
+             f"{r['sweep_rate']:,.0f}", f"{r['single_run']:.2f}",
+             f"{r['single_rate']:,.0f}", f"{r['ratio']:.1f}x", f"{r['final_return']:.1f}"]
+    if "sharded_run" in r:
+        cells += [f"{r['sharded_compile']:.1f}", f"{r['sharded_run']:.2f}", f"{r['sharded_rate']:,.0f}"]
+    return cells
 
 
 def main(argv=None) -> int:
@@ -90,27 +118,46 @@ def main(argv=None) -> int:
     parser.add_argument("--total-timesteps", type=int, default=32_768, help="env steps per lane")
     parser.add_argument("--markdown", metavar="PATH", help="also write the table as Markdown")
     parser.add_argument("--plot", metavar="PNG", help="also plot steps/s against lanes")
+    parser.add_argument("--devices", type=int, default=1,
+                        help="also run the sweep split over this many devices (forced host devices on CPU)")
+    parser.add_argument("--sharded-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     config = ppo.Config(env_id="CartPole-v1", total_timesteps=args.total_timesteps, num_reports=0)
+    if args.sharded_worker:
+        for lanes in args.lanes:
+            result = measure_sweep(lanes, config)
+            steps = int(np.max(result.metrics["timesteps"][..., -1]))
+            print(json.dumps({"lanes": lanes, "devices": jax.device_count(), "sharded_compile": result.compile_seconds,
+                              "sharded_run": result.run_seconds, "sharded_rate": lanes * steps / result.run_seconds}),
+                  flush=True)
+        return 0
 
     compiled, single_compile = compile_single(config)
     results = []
     for lanes in args.lanes:
         print(f"measuring {lanes} lane(s)...", flush=True)
         results.append(measure(lanes, config, compiled))
+    headers = HEADERS
+    if args.devices > 1:
+        print(f"measuring the sweeps split over {args.devices} devices...", flush=True)
+        for r, sharded in zip(results, measure_sharded(args)):
+            r.update(sharded)
+        headers = HEADERS + SHARDED_HEADERS
     rows = [row(r) for r in results]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADERS)]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     print()
-    print("  ".join(h.rjust(w) for h, w in zip(HEADERS, widths)))
+    print("  ".join(h.rjust(w) for h, w in zip(headers, widths)))
     for r in rows:
         print("  ".join(v.rjust(w) for v, w in zip(r, widths)))
     print(f"\none-by-one: jax.jit(ppo.train) compiled once in {single_compile:.1f} s, reused by every lane")
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} CPU(s); "
           f"{args.total_timesteps:,} env steps per lane; command: python benchmarks/sweep_scaling.py "
           + " ".join(argv if argv is not None else sys.argv[1:]))
+    if args.devices > 1:
+        print(f"sharded: the sweep split over {results[0]['devices']} devices, in a subprocess")
     if args.markdown:
         with open(args.markdown, "w") as f:
-            f.write("| " + " | ".join(HEADERS) + " |\n|" + "---|" * len(HEADERS) + "\n")
+            f.write("| " + " | ".join(headers) + " |\n|" + "---|" * len(headers) + "\n")
             f.writelines("| " + " | ".join(r) + " |\n" for r in rows)
     if args.plot:
         import matplotlib
@@ -122,6 +169,8 @@ def main(argv=None) -> int:
         lanes = [r["lanes"] for r in results]
         axes.plot(lanes, [r["sweep_rate"] for r in results], "o-", label="one program (jaxrl.sweep)")
         axes.plot(lanes, [r["single_rate"] for r in results], "s--", label="lanes one by one")
+        if args.devices > 1:
+            axes.plot(lanes, [r["sharded_rate"] for r in results], "^-", label=f"one program on {args.devices} devices")
         axes.set_xscale("log", base=2)
         axes.set_yscale("log")
         axes.set_xlabel("lanes (settings x seeds)")

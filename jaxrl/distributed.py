@@ -185,6 +185,7 @@ def train_lanes(algorithm, keys: jax.Array, configs, mesh: Mesh | None = None) -
     ``train(keys[s], setting c)`` to float tolerance (batched kernels may round
     differently).
     """
+    _check_keys(keys)
     mesh = _auto(mesh)
     module = _module(algorithm)
     swept = [leaf for leaf in jax.tree.leaves(configs) if np.ndim(leaf)]
@@ -224,7 +225,6 @@ def train_seeds(algorithm, config, keys: jax.Array, mesh: Mesh | None = None) ->
     """``jax.vmap(train, in_axes=(0, None))(keys, config)`` with the seeds ``[S]``
     split over ``mesh`` (default: every device of every process; see
     :func:`train_lanes`). Output leaves ``[S, ...]``, left on the devices."""
-    _check_keys(keys)
     if any(np.ndim(leaf) for leaf in jax.tree.leaves(config)):
         raise ValueError("config has array leaves (a sweep): use jaxrl.sweep.run(..., mesh=mesh)")
     return train_lanes(algorithm, keys, config, mesh).output
