@@ -2,13 +2,13 @@
 ``NamedSharding``, ``with_sharding_constraint``) and distributed runtime
 (``jax.distributed``).
 
-Two ways to use many devices, both compiling one program that XLA's SPMD partitioner
-splits over a :class:`jax.sharding.Mesh`:
+Two ways to use many devices, both compiling one program over a
+:class:`jax.sharding.Mesh`:
 
 * **Lanes** (seeds, sweep settings): :func:`train_seeds` / :func:`train_lanes` run
-  ``jax.vmap(train)`` with the lane axis sharded over the devices. Lanes are
-  independent, so the devices never talk during training. A lane count the devices do
-  not divide is padded with copies of lane 0 inside the program and cut off again
+  ``jax.vmap(train)`` with the lane axis split over the devices (``shard_map``). Lanes
+  are independent, so the devices never talk during training. A lane count the devices
+  do not divide is padded with copies of lane 0 inside the program and cut off again
   (at most ``devices - 1`` wasted lanes). :func:`jaxrl.sweep.run` uses the same code.
 * **One run, data parallel**: :func:`train_data_parallel` (or :func:`data_parallel` on
   any :class:`jaxrl.loop.Program`) keeps every state field but the env batch

@@ -38,9 +38,9 @@ def worker_env(extra_xla_flags: str = "") -> dict:
 
 
 # XLA:CPU (jaxlib 0.10.2) now and then parks every thread of a program running on
-# several host devices, so that it never finishes (seen in about 1 of 30 runs of a
-# sharded PPO sweep on 2 cores, with or without jaxrl's scheduler flag; see README).
-# A worker that outlives this gets one more try; a second hang fails the test.
+# several host devices, so that it never finishes (about 1 in 15-30 runs of a
+# sharded PPO sweep on 2 cores, jaxrl's scheduler flag set; see README). A worker
+# that outlives HANG_SECONDS gets one more try; a second hang fails the test.
 HANG_SECONDS = 300
 
 
