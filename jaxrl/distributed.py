@@ -205,6 +205,7 @@ def train_lanes(algorithm, keys: jax.Array, configs, mesh: Mesh | None = None) -
         # shard_map rather than a sharded vmap: each device runs its own lanes to the
         # end with no communication, where the partitioner would all-reduce the stop
         # condition of every batched while loop (evaluation episodes) across devices.
+        # No replication checks (check_vma): every value in here is its device's own.
         per_device = jax.shard_map(
             jax.vmap(module.train, in_axes=(0, sweep_axes(configs))), mesh=mesh,
             in_specs=(split, jax.tree.map(lambda leaf: split if np.ndim(leaf) else PartitionSpec(), flat_configs)),
