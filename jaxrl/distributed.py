@@ -2,13 +2,13 @@
 ``NamedSharding``, ``with_sharding_constraint``) and distributed runtime
 (``jax.distributed``).
 
-Two ways to use many devices, both compiling one program that XLA's SPMD partitioner
-splits over a :class:`jax.sharding.Mesh`:
+Two ways to use many devices, both compiling one program over a
+:class:`jax.sharding.Mesh`:
 
 * **Lanes** (seeds, sweep settings): :func:`train_seeds` / :func:`train_lanes` run
-  ``jax.vmap(train)`` with the lane axis sharded over the devices. Lanes are
-  independent, so the devices never talk during training. A lane count the devices do
-  not divide is padded with copies of lane 0 inside the program and cut off again
+  ``jax.vmap(train)`` with the lane axis split over the devices (``shard_map``). Lanes
+  are independent, so the devices never talk during training. A lane count the devices
+  do not divide is padded with copies of lane 0 inside the program and cut off again
   (at most ``devices - 1`` wasted lanes). :func:`jaxrl.sweep.run` uses the same code.
 * **One run, data parallel**: :func:`train_data_parallel` (or :func:`data_parallel` on
   any :class:`jaxrl.loop.Program`) keeps every state field but the env batch
@@ -87,7 +87,8 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
             "distributed.initialize must run before JAX starts its backends: call it before any JAX computation "
             "and before importing jaxrl.algorithms or jaxrl.envs (gymnax computes on import)")
     # CPU devices of different processes exchange data only through a collectives
-    # implementation; without one the first cross-process collective fails.
+    # implementation. JAX 0.10 picks gloo by default; older releases picked none, with
+    # which the first cross-process collective fails.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address, num_processes, process_id, **kwargs)
 
@@ -194,21 +195,22 @@ def train_lanes(algorithm, keys: jax.Array, configs, mesh: Mesh | None = None) -
     count = (num_settings or 1) * num_seeds
     padded = -(-count // mesh.size) * mesh.size
     pick = np.concatenate([np.arange(count), np.zeros(padded - count, int)])
-    lanes = NamedSharding(mesh, _split(mesh))
-    replicated = NamedSharding(mesh, PartitionSpec())
+    split = _split(mesh)
     impl = jax.random.key_impl(keys)
 
     def run(key_data, configs):
         keys = jax.random.wrap_key_data(key_data, impl=impl)
         flat_keys = keys[pick % num_seeds]
         flat_configs = jax.tree.map(lambda leaf: leaf[pick // num_seeds] if np.ndim(leaf) else leaf, configs)
-        # The inputs are replicated; cutting them into lanes here lets every device
-        # train only its own lanes from the start.
-        flat_keys, flat_configs = jax.lax.with_sharding_constraint(
-            (flat_keys, flat_configs),
-            (lanes, jax.tree.map(lambda leaf: lanes if np.ndim(leaf) else replicated, flat_configs)))
-        out = jax.vmap(module.train, in_axes=(0, sweep_axes(configs)))(flat_keys, flat_configs)
-        out = jax.lax.with_sharding_constraint(out, lanes)
+        # shard_map rather than a sharded vmap: each device runs its own lanes to the
+        # end with no communication, where the partitioner would all-reduce the stop
+        # condition of every batched while loop (evaluation episodes) across devices.
+        # No replication checks (check_vma): every value in here is its device's own.
+        per_device = jax.shard_map(
+            jax.vmap(module.train, in_axes=(0, sweep_axes(configs))), mesh=mesh,
+            in_specs=(split, jax.tree.map(lambda leaf: split if np.ndim(leaf) else PartitionSpec(), flat_configs)),
+            out_specs=split, check_vma=False)
+        out = per_device(flat_keys, flat_configs)
         shape = (num_seeds,) if num_settings is None else (num_settings, num_seeds)
         return jax.tree.map(lambda x: x[:count].reshape(shape + x.shape[1:]), out)
 
