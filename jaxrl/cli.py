@@ -118,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--resume", action="store_true", help="continue the run in --logdir from its latest checkpoint")
         sub.add_argument("--target-return", type=float, default=None,
                          help="stop once every seed's latest evaluation return reaches this")
+        sub.add_argument("--target-episodes", type=int, default=None, metavar="N",
+                         help="check --target-return on the mean return of the last N finished training "
+                              "episodes instead (the classic 'solved' rule: 100)")
         sub.add_argument("--plot", action="store_true", help="write learning curves as PNG (needs matplotlib)")
     sweep = commands.add_parser("sweep", help="seeds x a grid of traced hyper-parameters in one compiled program")
     sweep_algos = sweep.add_subparsers(dest="algorithm", required=True, metavar="ALGORITHM",
@@ -202,7 +205,7 @@ def train_command(args) -> int:
             chunk_iterations=runner.default_chunk_iterations(num_iterations, min(args.chunks, num_iterations)),
             logdir=args.logdir, loggers=args.loggers.split(",") if args.loggers else (),
             checkpoint_every=args.checkpoint_every, resume=args.resume, target_return=args.target_return,
-            progress=not args.no_progress,
+            target_episodes=args.target_episodes, progress=not args.no_progress,
         )
     except (ValueError, OSError) as error:
         # Raised before training: a config, a logdir or an input (e.g. a dataset file)

@@ -72,14 +72,21 @@ def default_chunk_iterations(num_iterations: int, chunks: int = 20) -> int:
     return min(divisors, key=lambda d: abs(d - target)) if divisors else target
 
 
+EPISODE_METRICS = ("episode_return", "episode_length")  # means over the ``episodes`` finished
+
+
 def aggregate(metrics: dict, every: int) -> dict:
     """Reduce each scalar metric ``[seeds, L]`` to ``[seeds, ceil(L / every)]`` rows.
 
-    Counters (``timesteps``, ``updates``) keep a row's last value; every other metric
-    is the mean over the row's iterations, ignoring NaN (iterations where no episode
-    finished or no evaluation ran), and NaN if all are. Non-scalar metrics are dropped.
+    Counters (``timesteps``, ``updates``) keep a row's last value; ``episodes`` (the
+    episodes finished in an iteration) is summed, and ``episode_return`` /
+    ``episode_length`` are averaged over those episodes (weighted by ``episodes``), so a
+    row holds the mean of the episodes that finished in it. Every other metric is the
+    mean over the row's iterations, ignoring NaN (iterations where no evaluation ran),
+    and NaN if all are. Non-scalar metrics are dropped.
     """
     rows = {}
+    length = None
     for name, values in metrics.items():
         values = np.asarray(values)
         if values.ndim != 2:
@@ -91,10 +98,43 @@ def aggregate(metrics: dict, every: int) -> dict:
             continue
         values = values.astype(np.float64)
         finite = np.isfinite(values)
-        total = np.add.reduceat(np.where(finite, values, 0.0), starts, axis=1)
-        count = np.add.reduceat(finite, starts, axis=1)
-        rows[name] = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+        weight = finite.astype(np.float64)
+        if name in EPISODE_METRICS and "episodes" in metrics:
+            weight = np.where(finite, np.asarray(metrics["episodes"], np.float64), 0.0)
+        if name == "episodes":
+            rows[name] = np.add.reduceat(values, starts, axis=1)
+            continue
+        total = np.add.reduceat(np.where(finite, values, 0.0) * weight, starts, axis=1)
+        count = np.add.reduceat(weight, starts, axis=1)
+        rows[name] = np.where(count > 0, total / np.where(count > 0, count, 1.0), np.nan)
     return rows
+
+
+def recent_episode_return(episode_return, episodes, window: int) -> np.ndarray:
+    """``[seeds, rows] -> [seeds, rows]``: at each row, the mean return of the most
+    recent finished training episodes, at least ``window`` of them (whole rows back from
+    that one), or NaN before ``window`` episodes have finished.
+
+    ``episode_return`` and ``episodes`` are the rows of :func:`aggregate` (a row's mean
+    return and its count of finished episodes). With one iteration per row this is the
+    classic "mean of the last ``window`` episodes" up to the episodes of the oldest
+    row that the window reaches into, which all count: the older, usually worse
+    episodes are kept in, never left out, so the rule is never looser than the exact one.
+    """
+    counts = np.nan_to_num(np.asarray(episodes, np.float64))
+    totals = np.where(counts > 0, np.nan_to_num(np.asarray(episode_return, np.float64)) * counts, 0.0)
+    zero = np.zeros((counts.shape[0], 1))
+    cum_counts = np.concatenate([zero, np.cumsum(counts, axis=1)], axis=1)   # [seeds, rows + 1]
+    cum_totals = np.concatenate([zero, np.cumsum(totals, axis=1)], axis=1)
+    out = np.full(counts.shape, np.nan)
+    for seed in range(counts.shape[0]):
+        # The newest start j with cum_counts[j] <= cum_counts[r + 1] - window: rows j..r.
+        start = np.searchsorted(cum_counts[seed], cum_counts[seed, 1:] - window, side="right") - 1
+        enough = cum_counts[seed, 1:] >= window
+        start = np.maximum(start, 0)
+        mean = (cum_totals[seed, 1:] - cum_totals[seed, start]) / np.maximum(cum_counts[seed, 1:] - cum_counts[seed, start], 1)
+        out[seed] = np.where(enough, mean, np.nan)
+    return out
 
 
 def _module(algorithm) -> tuple[str, ModuleType]:
@@ -131,7 +171,8 @@ def latest_finite(values) -> np.ndarray:
 def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, chunk_iterations: int | None = None,
         metrics_every: int = 1, logdir: str | None = None, loggers: Sequence = ("csv",),
         checkpoint_every: int | None = None, keep_checkpoints: int = 3, resume: bool = False,
-        target_return: float | None = None, target_metric: str = "eval_return", progress: bool = False) -> RunResult:
+        target_return: float | None = None, target_metric: str = "eval_return", target_episodes: int | None = None,
+        progress: bool = False) -> RunResult:
     """Train ``seeds`` seeds of ``algorithm`` (a name or module) on ``config`` in chunks.
 
     Args:
@@ -153,6 +194,9 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, chunk
         nothing saved is overwritten.
       target_return: stop after the chunk in which every seed's latest ``target_metric``
         reached it.
+      target_episodes: check ``target_return`` on the mean return of the last (at least)
+        this many finished training episodes instead (:func:`recent_episode_return`;
+        the "solved" rule of the classic control tasks: 100 episodes).
       progress: show a progress bar of env steps.
     """
     name, module = _module(algorithm)
@@ -169,6 +213,8 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, chunk
     if not isinstance(metrics_every, int) or metrics_every < 1 or chunk_iterations % metrics_every:
         raise ValueError(f"metrics_every must be an int >= 1 dividing chunk_iterations={chunk_iterations}, "
                          f"got {metrics_every!r}")
+    if target_episodes is not None and (not isinstance(target_episodes, int) or target_episodes < 1):
+        raise ValueError(f"target_episodes must be an int >= 1 (finished episodes to average), got {target_episodes!r}")
     if checkpoint_every is not None and (not isinstance(checkpoint_every, int) or checkpoint_every < 1):
         raise ValueError(f"checkpoint_every must be an int >= 1 (chunks between checkpoints), got {checkpoint_every!r}")
     if resume and str(getattr(config, "env_id", "")).startswith(envs.GYMNASIUM_PREFIX):
@@ -221,9 +267,11 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, chunk
             logger.truncate(completed, int(history[counter][0, -1]) if counter else completed)
     if target_return is not None:
         metric_names = jax.eval_shape(chunk, state, run_keys, jnp.int32(0), 1)[1]
-        if target_metric not in metric_names:
-            raise ValueError(f"target_metric {target_metric!r} is not a metric of {name}; "
-                             f"its metrics: {', '.join(sorted(metric_names))}")
+        needed = ("episode_return", "episodes") if target_episodes is not None else (target_metric,)
+        for metric in needed:
+            if metric not in metric_names:
+                raise ValueError(f"target_metric {metric!r} is not a metric of {name}; "
+                                 f"its metrics: {', '.join(sorted(metric_names))}")
 
     def executable(length):
         signature = (length, _signature(state))
@@ -259,7 +307,8 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, chunk
                 for logger in loggers:
                     logger.write(rows["iteration"][0], {k: v for k, v in rows.items() if k != "iteration"})
                 if target_return is not None:
-                    stopped_early = bool(np.all(latest_finite(history[target_metric]) >= target_return))
+                    stopped_early = bool(np.all(_target_values(history, target_metric, target_episodes)
+                                                >= target_return))
                 last = completed >= num_iterations or stopped_early
                 if checkpoint_every is not None and (chunks_run % checkpoint_every == 0 or last):
                     latest_eval = latest_finite(rows["eval_return"]) if "eval_return" in rows else np.nan
@@ -273,6 +322,13 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, chunk
     history = history or {}
     iterations = history.pop("iteration", np.zeros((seeds, 0), np.int64))[0]
     return RunResult(state, history, iterations, completed, stopped_early, compile_seconds, run_seconds)
+
+
+def _target_values(history: dict, target_metric: str, target_episodes: int | None) -> np.ndarray:
+    """Each seed's latest value of what ``target_return`` is checked on: ``[seeds]``."""
+    if target_episodes is None:
+        return latest_finite(history[target_metric])
+    return recent_episode_return(history["episode_return"], history["episodes"], target_episodes)[:, -1]
 
 
 def _programs(module: ModuleType, config):

@@ -75,6 +75,38 @@ def test_aggregate_against_a_python_loop():
             assert rows["timesteps"][seed, row] == metrics["timesteps"][seed, min(start + 3, 10) - 1]
 
 
+def test_aggregate_averages_episode_metrics_over_episodes():
+    rng = np.random.default_rng(1)
+    episodes = rng.integers(0, 4, size=(2, 9))
+    returns = np.where(episodes > 0, rng.normal(size=(2, 9)), np.nan)
+    rows = runner.aggregate({"episode_return": returns, "episodes": episodes}, every=4)
+    for seed in range(2):
+        for row, start in enumerate(range(0, 9, 4)):
+            counts, values = episodes[seed, start:start + 4], returns[seed, start:start + 4]
+            total = sum(c * v for c, v in zip(counts, values) if c > 0)
+            expected = total / counts.sum() if counts.sum() else math.nan
+            assert rows["episodes"][seed, row] == counts.sum()
+            assert rows["episode_return"][seed, row] == pytest.approx(expected, nan_ok=True)
+
+
+@pytest.mark.parametrize("window", [1, 5, 12])
+def test_recent_episode_return_against_a_python_loop(window):
+    rng = np.random.default_rng(window)
+    episodes = rng.integers(0, 5, size=(3, 30))
+    returns = np.where(episodes > 0, rng.normal(size=(3, 30)) * 50, np.nan)
+    recent = runner.recent_episode_return(returns, episodes, window)
+    for seed in range(3):
+        for row in range(30):
+            count, total, start = 0, 0.0, row
+            while start >= 0 and count < window:  # whole rows back until the window is full
+                if episodes[seed, start]:
+                    count += episodes[seed, start]
+                    total += episodes[seed, start] * returns[seed, start]
+                start -= 1
+            expected = total / count if count >= window else math.nan
+            assert recent[seed, row] == pytest.approx(expected, nan_ok=True, abs=1e-9)
+
+
 def test_default_chunk_iterations_prefers_a_divisor():
     assert runner.default_chunk_iterations(1000) == 50
     assert 1000 % runner.default_chunk_iterations(1000, chunks=7) == 0
@@ -205,6 +237,18 @@ def test_target_return_stops_early_and_saves(tmp_path):
         assert checkpoints.steps() == [CHUNK]  # the stop saved, though 4 chunks had not passed
 
 
+def test_target_episodes_checks_the_recent_training_episodes():
+    # Random CartPole episodes last about 20 steps, so the first chunk (512 env steps
+    # per seed) finishes more than 10 episodes with returns above 5 but none reaches 100.
+    config = make_config("ppo")
+    result = runner.run("ppo", config, seeds=SEEDS, chunk_iterations=CHUNK, target_return=5.0, target_episodes=10)
+    assert result.stopped_early and result.completed == CHUNK
+    recent = runner.recent_episode_return(result.metrics["episode_return"], result.metrics["episodes"], 10)
+    assert np.all(recent[:, -1] >= 5.0)
+    result = runner.run("ppo", config, seeds=SEEDS, chunk_iterations=CHUNK, target_return=100.0, target_episodes=10)
+    assert not result.stopped_early and result.completed == 32
+
+
 def test_a_logdir_holding_a_run_is_not_overwritten(ppo_run):
     logdir, _ = ppo_run
     before = (logdir / "metrics.csv").read_bytes()
@@ -235,6 +279,7 @@ def test_a_checkpoint_of_another_structure_is_a_clear_error(ppo_run, tmp_path):
     ({"checkpoint_every": 1}, "need a logdir"),
     ({"resume": True}, "need a logdir"),
     ({"seeds": 0}, "seeds must be an int >= 1"),
+    ({"target_return": 1.0, "target_episodes": 0}, "target_episodes must be an int >= 1"),
     ({"loggers": ("console", "wandb")}, "unknown logger 'wandb'"),
     ({"dataset": {"obs": np.zeros(3)}}, "ppo does not learn from a dataset"),
     ({"resume": True, "logdir": "x", "config": ppo.Config(env_id="gymnasium:CartPole-v1")},
