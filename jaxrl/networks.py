@@ -105,14 +105,17 @@ class ActorCritic(nn.Module):
 class NoisyDense(nn.Module):
     """Dense layer with factorised Gaussian parameter noise (Fortunato et al., 2018,
     arXiv:1706.10295): ``y = x (mu_W + sigma_W * eps_W) + mu_b + sigma_b * eps_b`` with
-    ``eps_W = f(eps_in) f(eps_out)^T``, ``f(e) = sign(e) sqrt|e|``. One noise sample per
-    call, from the ``"noise"`` rng stream; ``deterministic=True`` uses the means."""
+    ``eps_W = f(eps_in) f(eps_out)^T``, ``eps_b = f(eps_out)``, ``f(e) = sign(e) sqrt|e|``.
+
+    ``noise``: the standard normal draws ``[fan_in + features]`` (``eps_in`` then
+    ``eps_out``) of one noise sample; None draws them from the ``"noise"`` rng stream.
+    ``deterministic=True`` uses the means."""
 
     features: int
     sigma_init: float = 0.5
 
     @nn.compact
-    def __call__(self, x, deterministic: bool = False):
+    def __call__(self, x, deterministic: bool = False, noise: jax.Array | None = None):
         fan_in = x.shape[-1]
         bound = 1.0 / np.sqrt(fan_in)
         uniform = lambda key, shape: jax.random.uniform(key, shape, jnp.float32, -bound, bound)  # noqa: E731
@@ -121,15 +124,23 @@ class NoisyDense(nn.Module):
         b_mu = self.param("b_mu", uniform, (self.features,))
         w_sigma = self.param("w_sigma", sigma, (fan_in, self.features))
         b_sigma = self.param("b_sigma", sigma, (self.features,))
-        y = x @ w_mu + b_mu
         if deterministic:
-            return y
-        in_key, out_key = jax.random.split(self.make_rng("noise"))
-        scale = lambda e: jnp.sign(e) * jnp.sqrt(jnp.abs(e))  # noqa: E731
-        eps_in = scale(jax.random.normal(in_key, (fan_in,)))
-        eps_out = scale(jax.random.normal(out_key, (self.features,)))
-        # (x * eps_in) @ w_sigma * eps_out == x @ (w_sigma * outer(eps_in, eps_out)), cheaper.
-        return y + ((x * eps_in) @ w_sigma) * eps_out + b_sigma * eps_out
+            return x @ w_mu + b_mu
+        if noise is None:
+            noise = jax.random.normal(self.make_rng("noise"), (fan_in + self.features,))
+        scaled = jnp.sign(noise) * jnp.sqrt(jnp.abs(noise))
+        eps_in, eps_out = scaled[:fan_in], scaled[fan_in:]
+        bias = b_mu + b_sigma * eps_out
+        # Two equal forms; take the one whose noise meets fewer elements. Forming the
+        # noisy weights takes fan_in * features elementwise ops and saves a second
+        # product; scaling that second product's input and output takes rows * (fan_in
+        # + features). The count matters beyond the arithmetic: XLA fuses a draw made in
+        # the same loop body (acting draws once per env step) into those elementwise ops
+        # and recomputes it for each element.
+        rows = int(np.prod(x.shape[:-1]))
+        if rows * (fan_in + self.features) >= fan_in * self.features:
+            return x @ (w_mu + w_sigma * jnp.outer(eps_in, eps_out)) + bias
+        return x @ w_mu + ((x * eps_in) @ w_sigma) * eps_out + bias
 
 
 class QNetwork(nn.Module):
@@ -140,6 +151,11 @@ class QNetwork(nn.Module):
     ``dueling`` splits the head into a state value and mean-centred advantages
     (Wang et al., 2016), combined per atom; ``noisy`` makes the head layers
     :class:`NoisyDense` (the torso stays deterministic).
+
+    ``noise``: with ``noisy``, the standard normal draws ``[noise_size()]`` of one noise
+    sample for all head layers (each layer takes its slice in order: the advantage or
+    ``q`` layer, then the value layer); None draws them from the ``"noise"`` rng stream
+    in one call.
     """
 
     num_actions: int
@@ -152,19 +168,39 @@ class QNetwork(nn.Module):
     num_atoms: int = 1
     noisy_sigma: float = 0.5
 
-    @nn.compact
-    def __call__(self, obs, deterministic: bool = False):
-        x = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)(obs)
+    def _heads(self) -> list[tuple[str, int]]:
+        """``(name, features)`` of the head layers, in noise order."""
+        first = ("advantage" if self.dueling else "q", self.num_actions * self.num_atoms)
+        return [first, ("value", self.num_atoms)] if self.dueling else [first]
 
-        def head(features, name):
+    def _noise_sizes(self) -> list[int]:
+        """``fan_in + features`` of each head layer (the torso's last layer feeds each)."""
+        return [self.hidden_sizes[-1] + features for _, features in self._heads()]
+
+    def noise_size(self) -> int:
+        """Standard normals one noise sample takes."""
+        return sum(self._noise_sizes())
+
+    @nn.compact
+    def __call__(self, obs, deterministic: bool = False, noise: jax.Array | None = None):
+        x = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)(obs)
+        heads = self._heads()
+        noise_slices = [None] * len(heads)
+        if self.noisy and not deterministic:
+            if noise is None:
+                noise = jax.random.normal(self.make_rng("noise"), (self.noise_size(),))
+            noise_slices = jnp.split(noise, np.cumsum(self._noise_sizes())[:-1])
+
+        def head(index):
+            name, features = heads[index]
             if self.noisy:
-                return NoisyDense(features, self.noisy_sigma, name=name)(x, deterministic)
+                return NoisyDense(features, self.noisy_sigma, name=name)(x, deterministic, noise_slices[index])
             return nn.Dense(features, kernel_init=orthogonal(1.0), name=name)(x)
 
         shape = x.shape[:-1] + (self.num_actions, self.num_atoms)
-        out = head(self.num_actions * self.num_atoms, "advantage" if self.dueling else "q").reshape(shape)
+        out = head(0).reshape(shape)
         if self.dueling:
-            value = head(self.num_atoms, "value").reshape(x.shape[:-1] + (1, self.num_atoms))
+            value = head(1).reshape(x.shape[:-1] + (1, self.num_atoms))
             out = value + out - out.mean(axis=-2, keepdims=True)
         return out if self.num_atoms > 1 else out[..., 0]
 

@@ -190,8 +190,17 @@ def categorical_projection(probs: Array, reward: Array, discount: Array, support
     Returns ``[B, K]`` target probabilities (each row sums to the row sum of ``probs``).
     """
     chex.assert_rank([probs, reward, discount, support], [2, 1, 1, 1])
+    num_atoms = support.shape[0]
     delta = support[1] - support[0]
-    moved = jnp.clip(reward[:, None] + discount[:, None] * support[None, :], support[0], support[-1])  # [B, K]
-    # weight[b, i, j]: share of source atom j landing on target atom i.
-    weight = jnp.clip(1.0 - jnp.abs(moved[:, None, :] - support[None, :, None]) / delta, 0.0, 1.0)
-    return jnp.einsum("bij,bj->bi", weight, probs)
+    # Where each atom lands, in units of atoms from z_0: [B, K] in [0, K - 1].
+    position = jnp.clip((reward[:, None] + discount[:, None] * support - support[0]) / delta, 0.0, num_atoms - 1)
+    lower = jnp.minimum(jnp.floor(position), num_atoms - 2)  # its two neighbours: lower, lower + 1
+    upper_share = position - lower                           # in [0, 1]
+    lower = lower.astype(jnp.int32)
+    rows = jnp.arange(probs.shape[0])[:, None]
+    # Two scatter-adds of B * K shares. A dense [B, K, K] matrix of interpolation weights
+    # does K times the work, and XLA fuses the producers of reward and discount (the
+    # n-step sums) into it and recomputes them for every element: about 10% of a Rainbow
+    # iteration over 5 vmapped seeds, against 1-2% for the scatters.
+    target = jnp.zeros_like(probs).at[rows, lower].add(probs * (1.0 - upper_share))
+    return target.at[rows, lower + 1].add(probs * upper_share)

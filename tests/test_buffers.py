@@ -55,18 +55,26 @@ def _uniform_many(state, keys):
 
 
 _tree_update = jax.jit(sumtree.update)
-_tree_find = jax.jit(sumtree.find)
+_tree_find_values = jax.jit(sumtree.find)
+
+
+def _tree_find(tree, mass):
+    """The leaf indices :func:`sumtree.find` returns, after checking its values are
+    those leaves'."""
+    found, values = _tree_find_values(tree, mass)
+    np.testing.assert_array_equal(np.asarray(values), np.asarray(sumtree.leaves(tree))[np.asarray(found)])
+    return found
 
 
 @jax.jit
 def _tree_sample_many(tree, keys):
-    return jax.vmap(lambda key: sumtree.stratified_sample(tree, key, FREQ_BATCH))(keys)
+    return jax.vmap(lambda key: sumtree.stratified_sample(tree, key, FREQ_BATCH)[0])(keys)
 
 
 @jax.jit
 def _tree_sample_four(tree, keys):
     """Batches of 4: each stratum (a quarter of the mass) spans several leaves."""
-    return jax.vmap(lambda key: sumtree.stratified_sample(tree, key, 4))(keys)
+    return jax.vmap(lambda key: sumtree.stratified_sample(tree, key, 4)[0])(keys)
 
 
 _p_add = jax.jit(prioritized.add)

@@ -184,8 +184,31 @@ def test_noisy_dense_is_factorised_gaussian():
     assert np.all(np.abs(noise) > 0)
     other = np.asarray(layer.apply(params, probe, rngs={"noise": jax.random.key(4)}))
     assert not np.allclose(other, y)                            # fresh noise per key
+    # One row at a time takes the layer's other form (noise around a second product
+    # instead of noisy weights): the same outputs for the same noise.
+    draws = jax.random.normal(jax.random.key(3), (4 + 3,))
+    batched = np.asarray(layer.apply(params, probe, noise=draws))
+    rows = [np.asarray(layer.apply(params, probe[i:i + 1], noise=draws))[0] for i in range(len(probe))]
+    np.testing.assert_allclose(np.stack(rows), batched, rtol=1e-5, atol=1e-6)
     mean = np.asarray(layer.apply(params, x, deterministic=True))
     np.testing.assert_allclose(mean, np.asarray(x) @ p["w_mu"] + p["b_mu"], rtol=1e-5, atol=1e-5)
+
+
+def test_noisy_q_network_splits_one_draw_over_its_head_layers():
+    network = QNetwork(num_actions=3, hidden_sizes=(8,), dueling=True, noisy=True, num_atoms=5)
+    obs = jax.random.normal(jax.random.key(0), (4, 4))
+    params = network.init({"params": jax.random.key(1), "noise": jax.random.key(2)}, obs)
+    assert network.noise_size() == (8 + 3 * 5) + (8 + 5)       # advantage layer, then value layer
+    # Zero draws are the noise-free network; a draw touching one layer's slice changes
+    # only that layer's contribution.
+    mean = np.asarray(network.apply(params, obs, deterministic=True))
+    np.testing.assert_allclose(np.asarray(network.apply(params, obs, noise=jnp.zeros(36))), mean, atol=1e-6)
+    value_only = jnp.zeros(36).at[23:].set(1.0)
+    shifted = np.asarray(network.apply(params, obs, noise=value_only)) - mean
+    np.testing.assert_allclose(shifted, np.broadcast_to(shifted[:, :1], shifted.shape), atol=1e-6)  # same for every action
+    assert np.abs(shifted).max() > 1e-3
+    drawn = [np.asarray(network.apply(params, obs, rngs={"noise": jax.random.key(k)})) for k in (3, 4)]
+    assert drawn[0].shape == (4, 3, 5) and not np.allclose(drawn[0], drawn[1])
 
 
 def test_epsilon_schedules():
@@ -297,13 +320,15 @@ def _final_eval(metrics):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("make_config, budget", [(dqn.Config, 100_000), (dqn.rainbow, 80_000)],
+@pytest.mark.parametrize("make_config, budget", [(dqn.Config, 100_000), (dqn.rainbow, 70_000)],
                          ids=["default", "rainbow"])
 def test_learns_cartpole(make_config, budget):
     """CartPole-v1 with the default config (its default budget, 100k env steps) and with
-    the Rainbow preset (80k instead of its default 100k, to keep the suite short); both
-    use prioritized replay. Final greedy evaluation return (mean of 10 episodes) >= 475
-    in at least 4 of 5 seeds."""
+    the Rainbow preset (70k instead of its default 100k, to keep the suite short; with
+    this key, budgets of 65k to 80k pass: all five seeds end at 500 with 70k and 75k,
+    at 478-500 with 65k, four of five pass with 80k and three with 60k); both use
+    prioritized replay. Final greedy evaluation return (mean of 10 episodes) >= 475 in
+    at least 4 of 5 seeds."""
     config = make_config(env_id="CartPole-v1", num_reports=0, total_timesteps=budget)
     keys = jax.random.split(jax.random.key(42), 5)
     out = jax.jit(jax.vmap(dqn.train, in_axes=(0, None)))(keys, config)

@@ -216,11 +216,18 @@ def support(config: Config) -> jax.Array:
     return jnp.linspace(config.v_min, config.v_max, config.num_atoms)
 
 
-def _network_out(network_params, obs, noise_key, config: Config) -> jax.Array:
-    """Q-values ``[B, A]`` or C51 logits ``[B, A, K]``; noise off when ``noise_key`` is None."""
+def draw_noise(key: jax.Array, config: Config, shape: tuple = ()) -> jax.Array:
+    """Noisy nets' standard normal draws ``[*shape, noise_size]``: ``prod(shape)``
+    noise samples for the whole network, in one RNG call."""
+    return jax.random.normal(key, shape + (make_network(config).noise_size(),))
+
+
+def _network_out(network_params, obs, noise: jax.Array | None, config: Config) -> jax.Array:
+    """Q-values ``[B, A]`` or C51 logits ``[B, A, K]``; ``noise`` is one sample of
+    :func:`draw_noise`, or None for the noise-free network."""
     network = make_network(config)
-    if config.noisy and noise_key is not None:
-        return network.apply(network_params, obs, rngs={"noise": noise_key})
+    if config.noisy and noise is not None:
+        return network.apply(network_params, obs, noise=noise)
     return network.apply(network_params, obs, deterministic=True)
 
 
@@ -232,7 +239,8 @@ def _q_values(out: jax.Array, config: Config) -> jax.Array:
 
 def q_values(params: dict, obs: jax.Array, config: Config, noise_key: jax.Array | None = None) -> jax.Array:
     """Action values ``[B, A]`` for observations ``[B, *obs_shape]`` (C51: the means)."""
-    return _q_values(_network_out(params["network"], obs, noise_key, config), config)
+    noise = None if noise_key is None or not config.noisy else draw_noise(noise_key, config)
+    return _q_values(_network_out(params["network"], obs, noise, config), config)
 
 
 def act(params: dict, obs: jax.Array, key: jax.Array, config: Config, deterministic: bool = False,
@@ -274,19 +282,27 @@ def sample(state: State, key: jax.Array, config: Config) -> dict:
     return offpolicy.sample(state.buffer, key, config, beta)
 
 
-def loss_fn(network_params, target_params, batch: dict, key: jax.Array, config: Config):
+def loss_fn(network_params, target_params, batch: dict, key: jax.Array, config: Config,
+            noise: jax.Array | None = None):
     """Weighted TD loss on a batch from :func:`sample`.
+
+    Noisy nets take one noise sample for the online network, at ``s`` and at ``s'``
+    (where double Q-learning picks the next action with it), and an independent one for
+    the target network, as in Hessel et al.'s Rainbow: ``noise [2, noise_size]`` (online,
+    target) from :func:`draw_noise`, or drawn from ``key`` when None.
 
     Returns ``(loss, (metrics, priority_error [B]))``; ``priority_error`` is the TD
     error (C51: the KL divergence from the projected target) that prioritized replay
     turns into priorities.
     """
-    online_key, next_key, target_key = jax.random.split(key, 3)
+    if config.noisy and noise is None:
+        noise = draw_noise(key, config, (2,))
+    online_noise, target_noise = (None, None) if noise is None else noise
     rows = jnp.arange(config.batch_size)
-    out = _network_out(network_params, batch["obs"], online_key, config)[rows, batch["action"]]
-    next_target = _network_out(target_params, batch["next_obs"], target_key, config)
+    out = _network_out(network_params, batch["obs"], online_noise, config)[rows, batch["action"]]
+    next_target = _network_out(target_params, batch["next_obs"], target_noise, config)
     if config.double:  # the online network picks the next action, the target evaluates it
-        next_online = _network_out(network_params, batch["next_obs"], next_key, config)
+        next_online = _network_out(network_params, batch["next_obs"], online_noise, config)
         next_action = jnp.argmax(_q_values(next_online, config), axis=-1)
     else:
         next_action = jnp.argmax(_q_values(next_target, config), axis=-1)
@@ -311,12 +327,13 @@ def loss_fn(network_params, target_params, batch: dict, key: jax.Array, config: 
     return loss, (metrics, jax.lax.stop_gradient(priority_error))
 
 
-def update(state: State, batch: dict, key: jax.Array, config: Config):
+def update(state: State, batch: dict, key: jax.Array, config: Config, noise: jax.Array | None = None):
     """One gradient step on ``batch`` (from :func:`sample`), then the target refresh
     every ``target_update_period`` updates and, with prioritized replay, the new
-    priorities of the sampled transitions. Returns ``(state, metrics)``."""
+    priorities of the sampled transitions. ``key`` and ``noise``: as in :func:`loss_fn`.
+    Returns ``(state, metrics)``."""
     grads, (metrics, priority_error) = jax.grad(loss_fn, has_aux=True)(
-        state.params["network"], state.target_params, batch, key, config
+        state.params["network"], state.target_params, batch, key, config, noise
     )
     updates, opt_state = make_optimizer(config).update(grads, state.opt_state, state.params["network"])
     network_params = optax.apply_updates(state.params["network"], updates)
@@ -349,10 +366,18 @@ def step(state: State, key: jax.Array, config: Config):
     ``num_updates`` sampled updates. Metrics are averaged over the updates."""
     collect_key, update_key = jax.random.split(key)
     state, metrics = _collect(state, collect_key, config, epsilon(state.timesteps, config))
+    noise = None
+    if config.noisy:
+        # All the updates' noise in one draw before the update loop: drawn inside the
+        # loop body, XLA fuses the RNG into the consumers of the noise and recomputes
+        # it for every element of their [batch, features] arrays (about doubling the
+        # cost of an update).
+        update_key, noise_key = jax.random.split(update_key)
+        noise = draw_noise(noise_key, config, (config.num_updates, 2))
 
-    def one_update(state, key, _):
+    def one_update(state, key, j):
         sample_key, loss_key = jax.random.split(key)
-        return update(state, sample(state, sample_key, config), loss_key, config)
+        return update(state, sample(state, sample_key, config), loss_key, config, None if noise is None else noise[j])
 
     state, learner_metrics = offpolicy.run_updates(state, one_update, update_key, config.num_updates)
     metrics.update(learner_metrics)

@@ -70,8 +70,8 @@ def sample_index(state: PrioritizedState, key: jax.Array, batch_size: int, beta:
     importance-sampling weights with exponent ``beta``. The buffer must hold at least
     one transition (:func:`can_sample`); an empty one gives meaningless indices."""
     num_envs = state.replay.num_envs
-    slot = sumtree.stratified_sample(state.tree, key, batch_size)
-    probability = sumtree.leaves(state.tree)[slot] / sumtree.total(state.tree)
+    slot, slot_priority = sumtree.stratified_sample(state.tree, key, batch_size)
+    probability = slot_priority / sumtree.total(state.tree)
     num_stored = state.replay.size * num_envs
     weights = (num_stored * probability) ** -beta
     weights = weights / jnp.max(weights)

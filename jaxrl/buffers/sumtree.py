@@ -92,8 +92,9 @@ def _choose_child(children: jax.Array, mass: jax.Array) -> tuple[jax.Array, jax.
     return jnp.where(chosen < 0, first, chosen), before
 
 
-def find(tree: SumTree, mass: jax.Array) -> jax.Array:
-    """Leaf indices ``[N]`` where the cumulative sum of the leaves passes ``mass [N]``.
+def find(tree: SumTree, mass: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Leaf indices ``[N]`` where the cumulative sum of the leaves passes ``mass [N]``,
+    and those leaves' values ``[N]``.
 
     Each step takes the child whose cumulative range holds the remaining mass, skipping
     zero children, and never one of total zero (also under float rounding), so a leaf
@@ -102,24 +103,31 @@ def find(tree: SumTree, mass: jax.Array) -> jax.Array:
     The descent is a ``lax.scan`` over the levels that picks the level's ``[N, B]``
     gather with ``lax.switch``: unrolled in Python, XLA fuses consecutive levels together
     and recomputes every earlier level inside each later gather (several times slower);
-    a loop body is compiled on its own, so each level is a handful of small ops."""
+    a loop body is compiled on its own, so each level is a handful of small ops.
+
+    The values come out of the descent rather than from a gather of the leaves after
+    it: such a gather is a read that a later in-place :func:`update` of the leaves does
+    not depend on, and XLA then copies the whole leaf level before the loop and again
+    before the update (two copies of the largest array per sampled batch)."""
     branching = _branching(tree)
     gathers = [lambda node, level=level: level.reshape(-1, branching)[node] for level in tree[1:]]
 
     def step(carry, depth):
-        node, mass = carry
+        node, mass, _ = carry
         children = jax.lax.switch(depth, gathers, node)
         child, before = _choose_child(children, mass)
-        return (node * branching + child, mass - before), None
+        value = jnp.take_along_axis(children, child[:, None], axis=1)[:, 0]
+        return (node * branching + child, mass - before, value), None
 
-    start = (jnp.zeros(mass.shape, jnp.int32), mass.astype(jnp.float32))
-    (node, _), _ = jax.lax.scan(step, start, jnp.arange(len(tree) - 1))
-    return node
+    start = (jnp.zeros(mass.shape, jnp.int32), mass.astype(jnp.float32), jnp.zeros(mass.shape, jnp.float32))
+    (node, _, value), _ = jax.lax.scan(step, start, jnp.arange(len(tree) - 1))
+    return node, value
 
 
-def stratified_sample(tree: SumTree, key: jax.Array, batch_size: int) -> jax.Array:
+def stratified_sample(tree: SumTree, key: jax.Array, batch_size: int) -> tuple[jax.Array, jax.Array]:
     """``batch_size`` leaf indices, one drawn from each of ``batch_size`` equal slices of
-    the total mass (lower variance than independent draws). Returns int32 ``[B]``."""
+    the total mass (lower variance than independent draws), and their values. Returns
+    int32 ``[B]`` and float32 ``[B]`` (see :func:`find`)."""
     offsets = jax.random.uniform(key, (batch_size,))
     mass = (jnp.arange(batch_size) + offsets) / batch_size * total(tree)
     return find(tree, mass)
