@@ -226,7 +226,9 @@ def train_command(args) -> int:
     print(f"{'mean':>6}" + "".join(f"  {np.nanmean(values):>12.1f}" for values in columns.values()))
     print()
     if result.stopped_early:
-        print(f"every seed reached the target return {args.target_return:g} after {done:,} {unit}s")
+        measure = (f"mean return of its last {args.target_episodes} training episodes"
+                   if args.target_episodes else "evaluation return")
+        print(f"every seed reached the target return {args.target_return:g} ({measure}) after {done:,} {unit}s")
     print(f"wall time {result.compile_seconds + result.run_seconds:.1f} s (compile {result.compile_seconds:.1f} s, "
           f"run {result.run_seconds:.1f} s), {steps_per_second:,.0f} {unit}s/s")
     if args.plot:

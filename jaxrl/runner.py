@@ -111,29 +111,33 @@ def aggregate(metrics: dict, every: int) -> dict:
 
 
 def recent_episode_return(episode_return, episodes, window: int) -> np.ndarray:
-    """``[seeds, rows] -> [seeds, rows]``: at each row, the mean return of the most
-    recent finished training episodes, at least ``window`` of them (whole rows back from
-    that one), or NaN before ``window`` episodes have finished.
+    """``[seeds, rows] -> [seeds, rows]``: at each row, the mean return of the last
+    ``window`` finished training episodes up to that row, or NaN before ``window``
+    episodes have finished.
 
     ``episode_return`` and ``episodes`` are the rows of :func:`aggregate` (a row's mean
-    return and its count of finished episodes). With one iteration per row this is the
-    classic "mean of the last ``window`` episodes" up to the episodes of the oldest
-    row that the window reaches into, which all count: the older, usually worse
-    episodes are kept in, never left out, so the rule is never looser than the exact one.
+    return and its count of finished episodes). Episodes within a row have no order, so
+    where the window takes only some of the oldest row's episodes, they count at that
+    row's mean return. With one env step per row (e.g. off-policy ``num_steps=1``,
+    ``metrics_every=1``), episodes in a row finished at the same step and this is exact;
+    with longer rows it is "the last ``window`` episodes" up to that averaging.
     """
     counts = np.nan_to_num(np.asarray(episodes, np.float64))
-    totals = np.where(counts > 0, np.nan_to_num(np.asarray(episode_return, np.float64)) * counts, 0.0)
+    means = np.nan_to_num(np.asarray(episode_return, np.float64))
+    totals = np.where(counts > 0, means * counts, 0.0)
     zero = np.zeros((counts.shape[0], 1))
     cum_counts = np.concatenate([zero, np.cumsum(counts, axis=1)], axis=1)   # [seeds, rows + 1]
     cum_totals = np.concatenate([zero, np.cumsum(totals, axis=1)], axis=1)
     out = np.full(counts.shape, np.nan)
     for seed in range(counts.shape[0]):
-        # The newest start j with cum_counts[j] <= cum_counts[r + 1] - window: rows j..r.
-        start = np.searchsorted(cum_counts[seed], cum_counts[seed, 1:] - window, side="right") - 1
-        enough = cum_counts[seed, 1:] >= window
-        start = np.maximum(start, 0)
-        mean = (cum_totals[seed, 1:] - cum_totals[seed, start]) / np.maximum(cum_counts[seed, 1:] - cum_counts[seed, start], 1)
-        out[seed] = np.where(enough, mean, np.nan)
+        cum_count, cum_total = cum_counts[seed], cum_totals[seed]
+        # For the window ending at row r, the oldest row j it reaches into is the last
+        # with cum_count[j] <= cum_count[r + 1] - window; rows j + 1 .. r count whole.
+        oldest = np.maximum(np.searchsorted(cum_count, cum_count[1:] - window, side="right") - 1, 0)
+        whole = cum_count[1:] - cum_count[oldest + 1]
+        partial = (window - whole) * means[seed, oldest]
+        mean = (cum_total[1:] - cum_total[oldest + 1] + partial) / window
+        out[seed] = np.where(cum_count[1:] >= window, mean, np.nan)
     return out
 
 
@@ -196,7 +200,10 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, chunk
         reached it.
       target_episodes: check ``target_return`` on the mean return of the last (at least)
         this many finished training episodes instead (:func:`recent_episode_return`;
-        the "solved" rule of the classic control tasks: 100 episodes).
+        the "solved" rule of the classic control tasks: 100 episodes). Solving is then
+        an event: a seed counts as solved from the first row where that mean reached
+        the target (as when each seed is a run of its own that stops there), and the run
+        stops once every seed has been.
       progress: show a progress bar of env steps.
     """
     name, module = _module(algorithm)
@@ -325,10 +332,11 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, chunk
 
 
 def _target_values(history: dict, target_metric: str, target_episodes: int | None) -> np.ndarray:
-    """Each seed's latest value of what ``target_return`` is checked on: ``[seeds]``."""
+    """Each seed's value that ``target_return`` is checked on: ``[seeds]``."""
     if target_episodes is None:
         return latest_finite(history[target_metric])
-    return recent_episode_return(history["episode_return"], history["episodes"], target_episodes)[:, -1]
+    recent = recent_episode_return(history["episode_return"], history["episodes"], target_episodes)
+    return np.max(np.where(np.isnan(recent), -np.inf, recent), axis=1)  # the best row so far
 
 
 def _programs(module: ModuleType, config):

@@ -98,12 +98,13 @@ def test_recent_episode_return_against_a_python_loop(window):
     for seed in range(3):
         for row in range(30):
             count, total, start = 0, 0.0, row
-            while start >= 0 and count < window:  # whole rows back until the window is full
+            while start >= 0 and count < window:  # rows back until the window is full
                 if episodes[seed, start]:
-                    count += episodes[seed, start]
-                    total += episodes[seed, start] * returns[seed, start]
+                    taken = min(episodes[seed, start], window - count)  # the oldest row: part of it
+                    count += taken
+                    total += taken * returns[seed, start]
                 start -= 1
-            expected = total / count if count >= window else math.nan
+            expected = total / window if count == window else math.nan
             assert recent[seed, row] == pytest.approx(expected, nan_ok=True, abs=1e-9)
 
 
@@ -465,6 +466,10 @@ def test_cli_logdir_checkpoints_target_plot_and_resume(tmp_path, capsys):
     assert summary["timesteps_done"] == 2048
     assert cli.main(["train", "ppo", "--checkpoint-every", "1"]) == cli.USAGE_ERROR
     assert "need a logdir" in capsys.readouterr().err
+    # The same program (compiled already), stopped by the solved rule over training episodes.
+    quick = args[:args.index("--logdir")] + ["--target-return", "5", "--target-episodes", "10"]
+    assert cli.main(quick) == 0
+    assert "every seed reached the target return 5 (mean return of its last 10 training episodes) after 512 steps" in capsys.readouterr().out
 
 
 def test_bc_runs_in_chunks_from_a_dataset_and_equals_the_fused_train():
