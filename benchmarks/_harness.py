@@ -41,12 +41,15 @@ def cpu_seconds(pid: int) -> float | None:
         return None
 
 
-def run_child(cmd: list[str], timeout: float, stall_timeout: float, verbose: bool = False) -> dict:
+def run_child(cmd: list[str], timeout: float, stall_timeout: float, verbose: bool = False,
+              env_overrides: dict | None = None) -> dict:
     """Parent side: run ``cmd`` and return the result it emitted, or ``{"error": ...}``
     if it timed out, stopped using CPU for ``stall_timeout`` seconds (a hang), or exited
-    without a result."""
+    without a result. The child's persistent compilation cache is off unless
+    ``env_overrides`` (extra environment variables) switches it on."""
     env = dict(os.environ, JAX_ENABLE_COMPILATION_CACHE="false")
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    env.update(env_overrides or {})
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     start = last_progress = time.monotonic()
     last_cpu, killed = -1.0, None

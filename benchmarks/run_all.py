@@ -1,0 +1,114 @@
+"""Run every benchmark script and assemble ``benchmarks/RESULTS.md``.
+
+    python benchmarks/run_all.py                    # everything (about an hour on 2 cores)
+    python benchmarks/run_all.py --quick            # smaller settings, minutes
+    python benchmarks/run_all.py --only time_to_solve sweep_scaling
+    pip install -e ".[peers]"                       # rejax and flashbax, for the peer columns
+
+Each script runs in its own process, one after another (they time themselves, so never
+two at once), with ``--markdown`` (and ``--plot`` where it has one) into
+``benchmarks/results/`` (not committed). RESULTS.md then holds the machine, the
+versions, and per script its command, exit status, wall time and tables (raw JSON left
+in the per-script files). A script that fails is reported there and the rest still run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS_DIR = os.path.join(HERE, "results")
+
+# name: (arguments, arguments under --quick, has --plot)
+SCRIPTS = {
+    "time_to_solve": ([], ["--cells", "cartpole-ppo", "pendulum-ddpg"], True),
+    "ppo_throughput": ([], ["--total-timesteps", "51200", "--seeds", "1", "8"], True),
+    "onpolicy_throughput": ([], ["--quick"], False),
+    "dqn_throughput": ([], ["--quick"], True),
+    "offpolicy_throughput": ([], ["--quick"], False),
+    "buffers": ([], ["--quick"], False),
+    "sweep_scaling": ([], ["--lanes", "1", "4", "--total-timesteps", "8192"], True),
+    "gymnasium_bridge": ([], ["--quick"], False),
+}
+PACKAGES = ("jax", "jaxlib", "flax", "optax", "gymnax", "numpy", "rejax", "flashbax", "gymnasium")
+
+
+def version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def run_script(name: str, quick: bool) -> dict:
+    arguments, quick_arguments, has_plot = SCRIPTS[name]
+    markdown = os.path.join(RESULTS_DIR, f"{name}.md")
+    command = [os.path.join("benchmarks", f"{name}.py"), *(quick_arguments if quick else arguments),
+               "--markdown", os.path.relpath(markdown, os.path.dirname(HERE))]
+    if has_plot:
+        command += ["--plot", os.path.relpath(os.path.join(RESULTS_DIR, f"{name}.png"), os.path.dirname(HERE))]
+    print(f"== {name}: python {' '.join(command)}", flush=True)
+    if os.path.exists(markdown):
+        os.remove(markdown)  # never report an earlier run's tables as this one's
+    start = time.monotonic()
+    with open(os.path.join(RESULTS_DIR, f"{name}.log"), "w") as log:
+        status = subprocess.run([sys.executable, *command], cwd=os.path.dirname(HERE), stdout=log,
+                                stderr=subprocess.STDOUT).returncode
+    seconds = time.monotonic() - start
+    print(f"   exit status {status} after {seconds:.0f} s (log: benchmarks/results/{name}.log)", flush=True)
+    tables = ""
+    if os.path.exists(markdown):
+        with open(markdown) as f:
+            tables = re.split(r"\n+Raw results:\n", f.read())[0].strip()
+    return dict(name=name, command="python " + " ".join(command), status=status, seconds=seconds, tables=tables)
+
+
+def machine_section() -> list[str]:
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = "?"
+    return [
+        f"- date: {datetime.datetime.now().isoformat(timespec='minutes')}",
+        f"- machine: {platform.platform()}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs ({usable} usable), load average before: "
+        + ", ".join(f"{v:.2f}" for v in os.getloadavg()),
+        f"- python {platform.python_version()}; " + ", ".join(f"{p} {version(p)}" for p in PACKAGES),
+    ]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="each script's small settings")
+    parser.add_argument("--only", nargs="+", choices=list(SCRIPTS), metavar="SCRIPT",
+                        help=f"run only these: {', '.join(SCRIPTS)}")
+    parser.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"), help="default: %(default)s")
+    args = parser.parse_args(argv)
+    os.makedirs(RESULTS_DIR, exist_ok=True)
+    header = machine_section()
+    runs = [run_script(name, args.quick) for name in (args.only or SCRIPTS)]
+    invocation = " ".join(["python benchmarks/run_all.py", *(argv if argv is not None else sys.argv[1:])])
+    lines = ["# jaxrl benchmark results", "",
+             f"Assembled by `{invocation}`. Every number below comes from the command shown above it, run on "
+             "this machine one script at a time.", "", *header, ""]
+    for run in runs:
+        lines += [f"## {run['name']}", "", f"`{run['command']}`: exit status {run['status']}, "
+                  f"{run['seconds']:.0f} s wall", ""]
+        lines += [run["tables"] or f"(no tables: see `benchmarks/results/{run['name']}.log`)", ""]
+    with open(args.out, "w") as f:
+        f.write("\n".join(lines))
+    print(f"wrote {args.out}")
+    return 0 if all(run["status"] == 0 for run in runs) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
