@@ -77,7 +77,8 @@ class Cell:
 CELLS = {
     "cartpole-pg": Cell("CartPole", "PG", "reinforce", "CartPole-v1", 195.0, 6.09, dict(learning_rate=1e-2), 10,
                         CARTPOLE_200),
-    "cartpole-dqn": Cell("CartPole", "DQN", "dqn", "CartPole-v1", 195.0, 6.09, {}, 50, CARTPOLE_200),
+    "cartpole-dqn": Cell("CartPole", "DQN", "dqn", "CartPole-v1", 195.0, 6.09, dict(hidden_sizes=(64, 64)), 50,
+                         CARTPOLE_200),
     "cartpole-a2c": Cell("CartPole", "A2C", "a2c", "CartPole-v1", 195.0, 10.59, dict(learning_rate=3e-3), 100,
                          CARTPOLE_200),
     "cartpole-ppo": Cell("CartPole", "PPO", "ppo", "CartPole-v1", 195.0, 23.99,

@@ -272,8 +272,10 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, chunk
         counter = next((name for name in jaxrl_logging.COUNTERS if name in (history or {})), None)
         for logger in loggers:
             logger.truncate(completed, int(history[counter][0, -1]) if counter else completed)
+    first_length = min(chunk_iterations, max(num_iterations - completed, 1))
     if target_return is not None:
-        metric_names = jax.eval_shape(chunk, state, run_keys, jnp.int32(0), 1)[1]
+        # The first chunk's own shapes: its trace is cached and reused when it compiles.
+        metric_names = jax.eval_shape(chunk, state, run_keys, jnp.int32(0), first_length)[1]
         needed = ("episode_return", "episodes") if target_episodes is not None else (target_metric,)
         for metric in needed:
             if metric not in metric_names:
@@ -287,7 +289,7 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, chunk
         return compiled[signature]
 
     if completed < num_iterations:
-        executable(min(chunk_iterations, num_iterations - completed))
+        executable(first_length)
     compile_seconds = time.perf_counter() - compile_start
     run_seconds = 0.0
 
