@@ -469,7 +469,7 @@ def test_cli_logdir_checkpoints_target_plot_and_resume(tmp_path, capsys):
     # The same program (compiled already), stopped by the solved rule over training episodes.
     quick = args[:args.index("--logdir")] + ["--target-return", "5", "--target-episodes", "10"]
     assert cli.main(quick) == 0
-    assert "every seed reached the target return 5 (mean return of its last 10 training episodes) after 512 steps" in capsys.readouterr().out
+    assert "every seed reached the target return 5 (mean return of its last 10 training episodes) after 512 env steps" in capsys.readouterr().out
 
 
 def test_bc_runs_in_chunks_from_a_dataset_and_equals_the_fused_train():
