@@ -198,8 +198,8 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, chunk
         nothing saved is overwritten.
       target_return: stop after the chunk in which every seed's latest ``target_metric``
         reached it.
-      target_episodes: check ``target_return`` on the mean return of the last (at least)
-        this many finished training episodes instead (:func:`recent_episode_return`;
+      target_episodes: check ``target_return`` on the mean return of the last this many
+        finished training episodes instead (:func:`recent_episode_return`;
         the "solved" rule of the classic control tasks: 100 episodes). Solving is then
         an event: a seed counts as solved from the first row where that mean reached
         the target (as when each seed is a run of its own that stops there), and the run
