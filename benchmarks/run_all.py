@@ -7,9 +7,12 @@
 
 Each script runs in its own process, one after another (they time themselves, so never
 two at once), with ``--markdown`` (and ``--plot`` where it has one) into
-``benchmarks/results/`` (not committed). RESULTS.md then holds the machine, the
-versions, and per script its command, exit status, wall time and tables (raw JSON left
-in the per-script files). A script that fails is reported there and the rest still run.
+``benchmarks/results/`` (not committed), beside a ``<script>.json`` with its command,
+exit status, wall time and date. RESULTS.md then holds the machine, the versions, and
+per script those and its tables (raw JSON left in the per-script files), for every
+script with results there: ``--only`` reruns some and keeps the others' last results,
+``--only`` with no script just reassembles. A script that fails is reported there and
+the rest still run.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib.metadata
+import json
 import os
 import platform
 import re
@@ -64,11 +68,26 @@ def run_script(name: str, quick: bool) -> dict:
                                 stderr=subprocess.STDOUT).returncode
     seconds = time.monotonic() - start
     print(f"   exit status {status} after {seconds:.0f} s (log: benchmarks/results/{name}.log)", flush=True)
-    tables = ""
+    run = dict(name=name, command="python " + " ".join(command), status=status, seconds=seconds,
+               date=datetime.datetime.now().isoformat(timespec="minutes"), quick=quick)
+    with open(os.path.join(RESULTS_DIR, f"{name}.json"), "w") as f:
+        json.dump(run, f, indent=1)
+    return run
+
+
+def load_run(name: str) -> dict | None:
+    """The last recorded run of script ``name`` with its tables, or None if there is none."""
+    path = os.path.join(RESULTS_DIR, f"{name}.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        run = json.load(f)
+    run["tables"] = ""
+    markdown = os.path.join(RESULTS_DIR, f"{name}.md")
     if os.path.exists(markdown):
         with open(markdown) as f:
-            tables = re.split(r"\n+Raw results:\n", f.read())[0].strip()
-    return dict(name=name, command="python " + " ".join(command), status=status, seconds=seconds, tables=tables)
+            run["tables"] = re.split(r"\n+Raw results:\n", f.read())[0].strip()
+    return run
 
 
 def machine_section() -> list[str]:
@@ -89,25 +108,26 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="each script's small settings")
-    parser.add_argument("--only", nargs="+", choices=list(SCRIPTS), metavar="SCRIPT",
-                        help=f"run only these: {', '.join(SCRIPTS)}")
+    parser.add_argument("--only", nargs="*", choices=list(SCRIPTS), metavar="SCRIPT",
+                        help=f"run only these (none: just reassemble RESULTS.md): {', '.join(SCRIPTS)}")
     parser.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"), help="default: %(default)s")
     args = parser.parse_args(argv)
     os.makedirs(RESULTS_DIR, exist_ok=True)
     header = machine_section()
-    runs = [run_script(name, args.quick) for name in (args.only or SCRIPTS)]
+    ran = [run_script(name, args.quick) for name in (SCRIPTS if args.only is None else args.only)]
+    runs = [run for run in map(load_run, SCRIPTS) if run is not None]
     invocation = " ".join(["python benchmarks/run_all.py", *(argv if argv is not None else sys.argv[1:])])
     lines = ["# jaxrl benchmark results", "",
              f"Assembled by `{invocation}`. Every number below comes from the command shown above it, run on "
              "this machine one script at a time.", "", *header, ""]
     for run in runs:
         lines += [f"## {run['name']}", "", f"`{run['command']}`: exit status {run['status']}, "
-                  f"{run['seconds']:.0f} s wall", ""]
+                  f"{run['seconds']:.0f} s wall, {run['date']}" + (" (--quick settings)" if run["quick"] else ""), ""]
         lines += [run["tables"] or f"(no tables: see `benchmarks/results/{run['name']}.log`)", ""]
     with open(args.out, "w") as f:
         f.write("\n".join(lines))
     print(f"wrote {args.out}")
-    return 0 if all(run["status"] == 0 for run in runs) else 1
+    return 0 if all(run["status"] == 0 for run in ran) else 1
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ import argparse
 import ast
 import dataclasses
 import importlib
-import json
 import os
 import shutil
 import sys
