@@ -86,7 +86,6 @@ def aggregate(metrics: dict, every: int) -> dict:
     and NaN if all are. Non-scalar metrics are dropped.
     """
     rows = {}
-    length = None
     for name, values in metrics.items():
         values = np.asarray(values)
         if values.ndim != 2:
@@ -97,13 +96,13 @@ def aggregate(metrics: dict, every: int) -> dict:
             rows[name] = values[:, np.minimum(starts + every, length) - 1]
             continue
         values = values.astype(np.float64)
+        if name == "episodes":
+            rows[name] = np.add.reduceat(values, starts, axis=1)
+            continue
         finite = np.isfinite(values)
         weight = finite.astype(np.float64)
         if name in EPISODE_METRICS and "episodes" in metrics:
             weight = np.where(finite, np.asarray(metrics["episodes"], np.float64), 0.0)
-        if name == "episodes":
-            rows[name] = np.add.reduceat(values, starts, axis=1)
-            continue
         total = np.add.reduceat(np.where(finite, values, 0.0) * weight, starts, axis=1)
         count = np.add.reduceat(weight, starts, axis=1)
         rows[name] = np.where(count > 0, total / np.where(count > 0, count, 1.0), np.nan)
