@@ -26,7 +26,6 @@ with the table: ``Config`` defaults plus the overrides in ``CELLS``.
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
 import importlib
 import os
@@ -105,20 +104,9 @@ def process_seconds() -> float | None:
 # ============================================================================ child
 
 
-def parse_overrides(items) -> dict:
-    """``["num_envs=16", "learning_rate=3e-4"]`` -> Config overrides (Python literals)."""
-    overrides = {}
-    for item in items or ():
-        field, _, value = item.partition("=")
-        try:
-            overrides[field] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            overrides[field] = value
-    return overrides
-
-
-def measure_cell(name: str, cache_dir: str, overrides: dict):
-    """Child side: train the cell's 5 seeds until solved; the numbers for the table."""
+def measure_cell(name: str, cache_dir: str, items: list[str]):
+    """Child side: train the cell's 5 seeds until solved; the numbers for the table.
+    ``items``: ``--set field=value`` overrides, parsed as the command line does."""
     cell = CELLS[name]
 
     def measure(jax):
@@ -129,8 +117,10 @@ def measure_cell(name: str, cache_dir: str, overrides: dict):
             jax.config.update("jax_compilation_cache_dir", cache_dir)
             jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
             jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-        from jaxrl import runner
+        from jaxrl import cli, runner
 
+        module = importlib.import_module(f"jaxrl.algorithms.{cell.algorithm}")
+        overrides = cli.parse_overrides(module.Config, [item.split("=", 1) for item in items], cell.algorithm)
         config = cell.config(overrides)
         result = runner.run(cell.algorithm, config, seeds=SEEDS, chunk_iterations=cell.chunk_iterations,
                             target_return=cell.threshold, target_episodes=WINDOW)
@@ -223,11 +213,12 @@ def main(argv=None) -> int:
                              "then one using it; warm: only the second (default: %(default)s)")
     parser.add_argument("--plot", metavar="PNG", help="write a bar chart beside the thesis's times (matplotlib)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="override a Config field in every cell run (repeatable), e.g. --set num_envs=16")
+                        help="override a Config field in every cell run (repeatable), as the command line's --set: "
+                             "e.g. --set num_envs=16 --set hidden_sizes=64,64")
     add_common_arguments(parser, one=("CELL", "CACHE_DIR"), runs=False, timeout=900)
     args = parser.parse_args(argv)
     if args.one:
-        measure_cell(*args.one, parse_overrides(args.set))
+        measure_cell(*args.one, args.set)
         return 0
 
     script = os.path.abspath(__file__)
@@ -253,7 +244,7 @@ def main(argv=None) -> int:
     rows = table_rows(results)
     command = "python benchmarks/time_to_solve.py " + " ".join(argv if argv is not None else sys.argv[1:])
     settings = [f"{name}: {CELLS[name].algorithm}.{'preset' if CELLS[name].algorithm in ('ppo', 'dqn') else 'Config'}("
-                + ", ".join(f"{k}={v}" for k, v in {**CELLS[name].settings, **parse_overrides(args.set)}.items())
+                + ", ".join(f"{k}={v}" for k, v in {**CELLS[name].settings, **dict(item.split("=", 1) for item in args.set)}.items())
                 + ")" for name in args.cells]
     notes = machine_lines(results, command.strip(), other_cpu=False)[:4] + [
         f"{SEEDS} seeds in one vmapped program; solved = mean return of the last {WINDOW} finished training "

@@ -143,15 +143,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_overrides(config_cls, pairs, algorithm: str) -> dict:
+    """``[(field, text), ...]`` (``--set field=value``) -> Config overrides, each value
+    parsed as its field's default's type (tuples as ``64,64``). Raises UsageError for an
+    unknown field or a value that does not parse."""
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    overrides = {}
+    for name, text in pairs:
+        if name not in fields or name in ("env_id", "env_kwargs"):
+            choices = sorted(set(fields) - {"env_id", "env_kwargs"})
+            raise UsageError(f"unknown config field {name!r} for {algorithm}; fields: {', '.join(choices)}")
+        overrides[name] = _parse_value(text, fields[name].default, name)
+    return overrides
+
+
 def make_config(module, args):
     """The Config the command line asks for (raises UsageError on bad input)."""
     fields = {f.name: f for f in dataclasses.fields(module.Config)}
-    overrides = {}
-    for name, text in args.set:
-        if name not in fields or name in ("env_id", "env_kwargs"):
-            choices = sorted(set(fields) - {"env_id", "env_kwargs"})
-            raise UsageError(f"unknown config field {name!r} for {args.algorithm}; fields: {', '.join(choices)}")
-        overrides[name] = _parse_value(text, fields[name].default, name)
+    overrides = parse_overrides(module.Config, args.set, args.algorithm)
     if args.total_timesteps is not None:
         if "total_timesteps" not in fields:
             raise UsageError(f"--total-timesteps does not apply to {args.algorithm} (it takes no env steps); "
