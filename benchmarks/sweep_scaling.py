@@ -35,6 +35,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _harness import markdown_table, text_table  # noqa: E402
 
 import jaxrl  # noqa: E402,F401  (XLA settings before JAX starts)
 import jax  # noqa: E402
@@ -144,11 +147,8 @@ def main(argv=None) -> int:
             r.update(sharded)
         headers = HEADERS + SHARDED_HEADERS
     rows = [row(r) for r in results]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     print()
-    print("  ".join(h.rjust(w) for h, w in zip(headers, widths)))
-    for r in rows:
-        print("  ".join(v.rjust(w) for v, w in zip(r, widths)))
+    print(text_table(headers, rows, left=()))
     print(f"\none-by-one: jax.jit(ppo.train) compiled once in {single_compile:.1f} s, reused by every lane")
     print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} CPU(s); "
           f"{args.total_timesteps:,} env steps per lane; command: python benchmarks/sweep_scaling.py "
@@ -157,8 +157,7 @@ def main(argv=None) -> int:
         print(f"sharded: the sweep split over {results[0]['devices']} devices, in a subprocess")
     if args.markdown:
         with open(args.markdown, "w") as f:
-            f.write("| " + " | ".join(headers) + " |\n|" + "---|" * len(headers) + "\n")
-            f.writelines("| " + " | ".join(r) + " |\n" for r in rows)
+            f.write(markdown_table(headers, rows) + "\n")
     if args.plot:
         import matplotlib
 
