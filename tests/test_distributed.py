@@ -129,8 +129,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_pair(outs) -> list[subprocess.Popen]:
-    """Both processes of one run, to the end; ``None`` if they outlived HANG_SECONDS."""
+def run_pair(outs) -> bool:
+    """Both processes of one run, to the end; False if they outlived HANG_SECONDS."""
     port = free_port()
     processes = [subprocess.Popen([sys.executable, WORKER, "process", str(port), str(i), str(outs[i])],
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=worker_env())
@@ -138,14 +138,14 @@ def run_pair(outs) -> list[subprocess.Popen]:
     try:
         logs = [process.communicate(timeout=HANG_SECONDS)[0] for process in processes]
     except subprocess.TimeoutExpired:
-        return None
+        return False
     finally:  # one that failed or hung leaves the other waiting for it
         for process in processes:
             if process.poll() is None:
                 process.kill()
                 process.wait()
     assert [p.returncode for p in processes] == [0, 0], "\n".join(log[-3000:] for log in logs)
-    return processes
+    return True
 
 
 def test_two_processes_train_data_parallel_and_agree(tmp_path):
