@@ -191,8 +191,10 @@ def program(init: Callable, step: Callable, warmup_step: Callable, evaluate: Cal
         # branches and warm-up iterations skip the learner's work. Two one-branch loops
         # rather than a ``lax.cond``, which refuses host-env steps under vmap.
         warmup = index < config.warmup_iterations
+        # The metrics' shapes from the warm-up step: tracing it is much cheaper than
+        # tracing the learner's step a second time.
         metrics = jax.tree.map(lambda leaf: jnp.zeros(leaf.shape, leaf.dtype),
-                               jax.eval_shape(step, state, key, config)[1])
+                               jax.eval_shape(warmup_step, state, key, config)[1])
         state, metrics = loop.run_if(warmup, lambda carry: warmup_step(carry[0], key, config), (state, metrics))
         return loop.run_if(~warmup, lambda carry: step(carry[0], key, config), (state, metrics))
 
