@@ -270,7 +270,7 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, chunk
     else:
         # The init program compiles in a thread while the first chunk traces and compiles
         # from the state's shapes: XLA compiles without the GIL, so on a few cores the two
-        # overlap instead of adding up (about 1.5 s less from start to first chunk).
+        # overlap instead of adding up (about a second less on 2 cores).
         init_traced = init_all.trace(keys, program_args)
         state, run_keys = init_traced.out_info
         init_pending = _background(lambda: init_traced.lower().compile())
