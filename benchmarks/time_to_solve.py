@@ -4,6 +4,7 @@ seeds) for jaxrl on this machine, beside the thesis's best time per cell.
     python benchmarks/time_to_solve.py                     # all 8 cells, cache cold then warm
     python benchmarks/time_to_solve.py --cells cartpole-ppo pendulum-sac --cache none
     python benchmarks/time_to_solve.py --markdown tts.md --plot tts.png
+    python benchmarks/time_to_solve.py --cells cartpole-dqn --cache none --seed 2   # other seeds
 
 The cells: CartPole with 200-step episodes (``CartPole-v1`` with
 ``max_steps_in_episode=200``, the classic v0 task), solved at 195, for PG (REINFORCE),
@@ -106,9 +107,10 @@ def process_seconds() -> float | None:
 # ============================================================================ child
 
 
-def measure_cell(name: str, cache_dir: str, items: list[str]):
-    """Child side: train the cell's 5 seeds until solved; the numbers for the table.
-    ``items``: ``--set field=value`` overrides, parsed as the command line does."""
+def measure_cell(name: str, cache_dir: str, items: list[str], seed: int):
+    """Child side: train the cell's 5 seeds (from base seed ``seed``) until solved; the
+    numbers for the table. ``items``: ``--set field=value`` overrides, parsed as the
+    command line does."""
     cell = CELLS[name]
 
     def measure(jax):
@@ -124,7 +126,7 @@ def measure_cell(name: str, cache_dir: str, items: list[str]):
         module = importlib.import_module(f"jaxrl.algorithms.{cell.algorithm}")
         overrides = cli.parse_overrides(module.Config, [item.split("=", 1) for item in items], cell.algorithm)
         config = cell.config(overrides)
-        result = runner.run(cell.algorithm, config, seeds=SEEDS, chunk_iterations=cell.chunk_iterations,
+        result = runner.run(cell.algorithm, config, seeds=SEEDS, seed=seed, chunk_iterations=cell.chunk_iterations,
                             target_return=cell.threshold, target_episodes=WINDOW)
         seconds = process_seconds()
         recent = runner.recent_episode_return(result.metrics["episode_return"], result.metrics["episodes"], WINDOW)
@@ -148,7 +150,8 @@ def run_cell(script: str, args, name: str, cache_dir: str | None) -> dict:
     """One measurement in a fresh process; ``seconds`` falls back to the parent's clock."""
     env = {} if cache_dir is None else {"JAX_ENABLE_COMPILATION_CACHE": "true"}
     start = time.monotonic()
-    command = [sys.executable, script, "--one", name, cache_dir or "-"] + [f"--set={item}" for item in args.set]
+    command = [sys.executable, script, "--one", name, cache_dir or "-", f"--seed={args.seed}"]
+    command += [f"--set={item}" for item in args.set]
     result = run_child(command, args.timeout, args.stall_timeout, args.verbose, env_overrides=env)
     result.setdefault("cell", name)
     if result.get("seconds") is None and "error" not in result:
@@ -217,10 +220,12 @@ def main(argv=None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="override a Config field in every cell run (repeatable), as the command line's --set: "
                              "e.g. --set num_envs=16 --set hidden_sizes=64,64")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="base seed: the cell's seeds are split from it (default: %(default)s)")
     add_common_arguments(parser, one=("CELL", "CACHE_DIR"), runs=False, timeout=900)
     args = parser.parse_args(argv)
     if args.one:
-        measure_cell(*args.one, args.set)
+        measure_cell(*args.one, args.set, args.seed)
         return 0
 
     script = os.path.abspath(__file__)
@@ -249,9 +254,9 @@ def main(argv=None) -> int:
                 + ", ".join(f"{k}={v}" for k, v in {**CELLS[name].settings, **dict(item.split("=", 1) for item in args.set)}.items())
                 + ")" for name in args.cells]
     notes = machine_lines(results, command.strip(), other_cpu=False)[:4] + [
-        f"{SEEDS} seeds in one vmapped program; solved = mean return of the last {WINDOW} finished training "
-        "episodes >= threshold, every seed (checked between chunks); ratio = thesis s / jaxrl s (> 1: faster "
-        "than the thesis's best); time from process start, compile included."]
+        f"{SEEDS} seeds (split from base seed {args.seed}) in one vmapped program; solved = mean return of the "
+        f"last {WINDOW} finished training episodes >= threshold, every seed (checked between chunks); ratio = "
+        "thesis s / jaxrl s (> 1: faster than the thesis's best); time from process start, compile included."]
     print()
     print(text_table(HEADERS, rows, left=(0, 1, 3, 8)))
     print()
