@@ -229,14 +229,21 @@ def test_confidence_band_contains_the_mean_and_narrows_with_agreement():
 # ----------------------------------------------------------------------------- stop, resume, errors
 
 
-def test_a_second_run_of_a_config_compiles_nothing(ppo_run, monkeypatch):
+def test_a_second_run_of_a_config_compiles_nothing(ppo_run):
     """The init program (compiled in a thread beside the first chunk) and the chunk are
     kept per config: the same run again compiles neither and gives the same metrics."""
     _, first = ppo_run
     compiles = []
-    original = jax.stages.Lowered.compile
-    monkeypatch.setattr(jax.stages.Lowered, "compile", lambda self, *a, **kw: compiles.append(1) or original(self, *a, **kw))
-    again = runner.run("ppo", make_config("ppo"), seeds=SEEDS, chunk_iterations=CHUNK, metrics_every=2)
+
+    def listener(event, seconds, **kwargs):  # every XLA compile, AOT or on a jit cache miss
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(seconds)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+        again = runner.run("ppo", make_config("ppo"), seeds=SEEDS, chunk_iterations=CHUNK, metrics_every=2)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listener)
     assert compiles == []
     for name in first.metrics:
         np.testing.assert_array_equal(again.metrics[name], first.metrics[name], err_msg=name)
