@@ -148,10 +148,43 @@ def measure_and_emit(result, measure, jaxrl_settings, packages=()):
         result["loadavg_before"] = os.getloadavg()
         result.update(measure(jax))
         result["loadavg_after"] = os.getloadavg()
+        result["probe_ms"] = speed_probe(jax)
     except Exception as error:  # reported in the table, not raised
         traceback.print_exc()
         result["error"] = f"{type(error).__name__}: {error}".strip()[:500]
     emit(result)
+
+
+def speed_probe(jax, steps: int = 1000, repeats: int = 3) -> float:
+    """Milliseconds this machine takes for a fixed workload, right now: ``steps`` SGD
+    steps of a 4-64-64-1 tanh MLP on a batch of 128 in one compiled loop (the fastest of
+    ``repeats`` runs). This machine's speed drifts by up to 2x within an hour with no
+    other process running, so tables print it beside each measurement: compare two
+    runs' times only where their probes agree."""
+    import jax.numpy as jnp
+
+    keys = jax.random.split(jax.random.key(0), 4)
+    params = [jax.random.normal(k, shape) / shape[0] ** 0.5 for k, shape in zip(keys, [(4, 64), (64, 64), (64, 1)])]
+    x = jax.random.normal(keys[3], (128, 4))
+    y = jnp.sin(x.sum(axis=1, keepdims=True))
+
+    def loss(params):
+        h = x
+        for w in params[:-1]:
+            h = jnp.tanh(h @ w)
+        return jnp.mean(jnp.square(h @ params[-1] - y))
+
+    def sgd_step(_, params):
+        return [w - 0.01 * g for w, g in zip(params, jax.grad(loss)(params))]
+
+    run = jax.jit(lambda params: jax.lax.fori_loop(0, steps, sgd_step, params))
+    jax.block_until_ready(run(params))  # compile
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(run(params))
+        best = min(best, time.perf_counter() - start)
+    return 1000 * best
 
 
 def setup_jax():
@@ -376,12 +409,16 @@ def machine_lines(results, command, other_cpu=True):
     except AttributeError:
         affinity = "?"
     loads = [r.get("loadavg_before") for r in results if r.get("loadavg_before")]
+    probes = [r["probe_ms"] for r in results if r.get("probe_ms")]
     return [
         f"command: {command}",
         f"python {platform.python_version()} ({sys.executable}), {platform.platform()}, "
         f"{platform.processor() or platform.machine()}",
         f"cpu count: {os.cpu_count()} (usable: {affinity}); load average (1 min) before each "
         f"measurement: {', '.join(f'{l[0]:.2f}' for l in loads) or '-'}",
+        "machine speed probe after each measurement (ms for a fixed small MLP training loop, "
+        f"harness.speed_probe; lower = faster; times are comparable where these agree): "
+        f"{', '.join(f'{p:.0f}' for p in probes) or '-'}",
         f"jax {info.get('jax', '?')}, jaxlib {info.get('jaxlib', '?')}, backend {info.get('backend', '?')}, "
         f"devices {info.get('devices', '?')}, gymnax {info.get('gymnax', '?')}, "
         f"rejax {next((r['machine']['rejax'] for r in results if 'rejax' in r.get('machine', {})), '-')}",
