@@ -253,7 +253,8 @@ def main(argv=None) -> int:
     settings = [f"{name}: {CELLS[name].algorithm}.{'preset' if CELLS[name].algorithm in ('ppo', 'dqn') else 'Config'}("
                 + ", ".join(f"{k}={v}" for k, v in {**CELLS[name].settings, **dict(item.split("=", 1) for item in args.set)}.items())
                 + ")" for name in args.cells]
-    notes = machine_lines(results, command.strip(), other_cpu=False)[:4] + [
+    # All but machine_lines' last line, which describes timed runs of a compiled function.
+    notes = machine_lines(results, command.strip(), other_cpu=False)[:-1] + [
         f"{SEEDS} seeds (split from base seed {args.seed}) in one vmapped program; solved = mean return of the "
         f"last {WINDOW} finished training episodes >= threshold, every seed (checked between chunks); ratio = "
         "thesis s / jaxrl s (> 1: faster than the thesis's best); time from process start, compile included."]
