@@ -37,6 +37,7 @@ import numpy as np
 
 from jaxrl import envs
 from jaxrl import logging as jaxrl_logging
+from jaxrl import program_cache
 
 LOGGER_NAMES = ("console", "csv", "jsonl", "tensorboard")
 
@@ -261,7 +262,7 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, chunk
     loggers = _make_loggers(loggers, logdir)
 
     compile_start = time.perf_counter()
-    init_all, chunk, compiled = _programs(module, config)
+    init_all, chunk, compiled, identity = _programs(module, config)
     keys = jax.random.split(jax.random.key(seed), seeds)
     init_signature = ("init", _signature((keys, program_args)))
     if init_signature in compiled:
@@ -271,29 +272,34 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, chunk
         # The init program compiles in a thread while the first chunk traces and compiles
         # from the state's shapes: XLA compiles without the GIL, so on a few cores the two
         # overlap instead of adding up (about a second less on 2 cores).
-        init_traced = init_all.trace(keys, program_args)
-        state, run_keys = init_traced.out_info
-        init_pending = _background(lambda: init_traced.lower().compile())
+        (state, run_keys), compile_init = program_cache.prepare(
+            init_all, (keys, program_args), identity=identity and f"init {identity}")
+        init_pending = _background(compile_init)
     resume_step = checkpoints.latest_step() if checkpoints is not None and resume else None
     completed, history = (0 if resume_step is None else int(resume_step)), None
     first_length = min(chunk_iterations, max(num_iterations - completed, 1))
-    if target_return is not None:
-        # The first chunk's own shapes: its trace is cached and reused when it compiles.
-        metric_names = jax.eval_shape(chunk, state, run_keys, jnp.int32(0), first_length)[1]
-        needed = ("episode_return", "episodes") if target_episodes is not None else (target_metric,)
-        for metric in needed:
-            if metric not in metric_names:
-                raise ValueError(f"target_metric {metric!r} is not a metric of {name}; "
-                                 f"its metrics: {', '.join(sorted(metric_names))}")
 
-    def executable(length):
+    def prepare_chunk(length):
+        return program_cache.prepare(chunk, (state, run_keys, jnp.int32(0)), (length,), donate_argnums=(0,),
+                                     identity=identity and f"chunk {identity}")
+
+    def executable(length, prepared=None):
         signature = (length, _signature(state))
         if signature not in compiled:  # the first chunk, and a shorter last one
-            compiled[signature] = chunk.lower(state, run_keys, jnp.int32(0), length).compile()
+            compiled[signature] = (prepared or prepare_chunk(length))[1]()
         return compiled[signature]
 
     if completed < num_iterations:
-        executable(first_length)
+        first_chunk = None if (first_length, _signature(state)) in compiled else prepare_chunk(first_length)
+        if target_return is not None:
+            metric_names = (jax.eval_shape(chunk, state, run_keys, jnp.int32(0), first_length)
+                            if first_chunk is None else first_chunk[0])[1]
+            needed = ("episode_return", "episodes") if target_episodes is not None else (target_metric,)
+            for metric in needed:
+                if metric not in metric_names:
+                    raise ValueError(f"target_metric {metric!r} is not a metric of {name}; "
+                                     f"its metrics: {', '.join(sorted(metric_names))}")
+        executable(first_length, first_chunk)
     if init_pending is not None:
         compiled[init_signature] = init_pending.result()
         state, run_keys = compiled[init_signature](keys, program_args)
@@ -356,18 +362,43 @@ def _target_values(history: dict, target_metric: str, target_episodes: int | Non
 
 
 def _programs(module: ModuleType, config):
-    """``(init_all, chunk, compiled)`` for ``module`` on ``config``, shared by every run
-    of the same (hashable) config so that they share compilations.
+    """``(init_all, chunk, compiled, identity)`` for ``module`` on ``config``, shared by
+    every run of the same (hashable) config so that they share compilations.
 
     ``init_all(keys [S], program_args) -> (state, run_keys)`` (jitted);
     ``chunk(state, run_keys, start, length) -> (state, metrics [S, length])`` (jitted,
-    the state donated); ``compiled`` caches ``chunk``'s executables by
-    ``(length, state signature)``.
+    the state donated); ``compiled`` caches executables by signature; ``identity``
+    names the programs for :mod:`jaxrl.program_cache` (None: not cached on disk).
     """
     try:
         return _cached_programs(module, config)
     except TypeError:  # an unhashable config (e.g. arrays as fields): no sharing
         return _cached_programs.__wrapped__(module, config)
+
+
+def _program_identity(module: ModuleType, config) -> str | None:
+    """A string that, with the inputs' shapes and jaxrl's source, determines the
+    programs of ``module`` on ``config``; None where code outside jaxrl and gymnax
+    shapes them (an algorithm module of the user's, a Gymnasium or user-registered env)
+    or a config field is not plain data."""
+    def plain(value):
+        if isinstance(value, (tuple, list)):
+            return all(plain(v) for v in value)
+        return value is None or isinstance(value, (str, int, float, bool))
+
+    if not module.__name__.startswith("jaxrl.algorithms.") or not dataclasses.is_dataclass(config):
+        return None
+    if not all(plain(getattr(config, field.name)) for field in dataclasses.fields(config)):
+        return None
+    env_id = getattr(config, "env_id", None)
+    if env_id is not None:
+        if not isinstance(env_id, str) or env_id.startswith(envs.GYMNASIUM_PREFIX):
+            return None
+        import gymnax
+
+        if not type(gymnax.make(env_id)[0]).__module__.startswith("gymnax."):
+            return None
+    return f"{module.__name__} {config!r}"
 
 
 @functools.lru_cache(maxsize=16)
@@ -385,7 +416,8 @@ def _cached_programs(module: ModuleType, config):
         program = module.program(config)
         return jax.vmap(lambda s, k: loop.iterate(program, s, k, start, length))(state, run_keys)
 
-    return jax.jit(init_all), jax.jit(chunk, static_argnums=3, donate_argnums=0), {}
+    return (jax.jit(init_all), jax.jit(chunk, static_argnums=3, donate_argnums=0), {},
+            _program_identity(module, config))
 
 
 def _background(fn) -> concurrent.futures.Future:

@@ -1,0 +1,165 @@
+"""jaxrl.program_cache: the runner's programs saved on disk and loaded by a rerun.
+
+A run whose programs come from the cache must equal a run that traces them, bit for bit;
+the key must separate what changes the program; a damaged entry, or a program with host
+callbacks, falls back to tracing. In-process tests point the cache at a temporary
+directory (JAX's own persistent cache stays off); one test runs two fresh processes, as
+a user's rerun does."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+
+from jaxrl import logging as jaxrl_logging, loop, program_cache, runner
+from jaxrl.algorithms import ppo
+
+SEEDS = 2
+CHUNK = 4
+
+
+def make_config(**overrides):
+    """Tiny PPO whose state holds running observation statistics and PRNG keys."""
+    return ppo.Config(**{**dict(total_timesteps=1024, num_envs=4, num_steps=16, hidden_sizes=(8,), num_evals=2,
+                                eval_episodes=2, num_reports=0, normalize_observations=True), **overrides})
+
+
+def leaves(tree):
+    return [np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+            for x in jax.tree.leaves(tree)]
+
+
+def assert_same_run(ours, theirs):
+    assert sorted(ours.metrics) == sorted(theirs.metrics)
+    for name in ours.metrics:
+        np.testing.assert_array_equal(ours.metrics[name], theirs.metrics[name], err_msg=name)
+    for a, b in zip(leaves(ours.state), leaves(theirs.state), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+class Counter:
+    """Counts traces of the runner's chunk (each calls ``loop.iterate`` once)."""
+
+    def __init__(self, monkeypatch):
+        self.traces = 0
+        original = loop.iterate
+
+        def counting(*args, **kwargs):
+            self.traces += 1
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(loop, "iterate", counting)
+
+
+def fresh_run(config):
+    """A run that shares nothing compiled in this process with earlier runs."""
+    runner._cached_programs.cache_clear()
+    return runner.run("ppo", config, seeds=SEEDS, chunk_iterations=CHUNK)
+
+
+@pytest.fixture(scope="module")
+def traced_runs():
+    """The reference: both configs traced as usual (the cache is off in the suite)."""
+    assert program_cache.directory() is None
+    return {lr: fresh_run(make_config(learning_rate=lr)) for lr in (1e-3, 3e-3)}
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(program_cache, "directory", lambda: str(tmp_path))
+    return tmp_path
+
+
+def test_a_rerun_loads_its_programs_and_equals_the_traced_run(traced_runs, cache, monkeypatch):
+    counter = Counter(monkeypatch)
+    first = fresh_run(make_config(learning_rate=1e-3))
+    entries = {path: path.stat().st_mtime_ns for path in cache.iterdir()}
+    assert len(entries) == 2 and counter.traces == 1  # init and chunk, traced once to export them
+    assert_same_run(first, traced_runs[1e-3])
+
+    again = fresh_run(make_config(learning_rate=1e-3))
+    assert counter.traces == 1  # loaded, not traced
+    assert {path: path.stat().st_mtime_ns for path in cache.iterdir()} == entries
+    assert_same_run(again, traced_runs[1e-3])
+
+    runner._cached_programs.cache_clear()  # a loaded chunk still names its metrics
+    with pytest.raises(ValueError, match="target_metric 'no_such_metric' is not a metric of ppo"):
+        runner.run("ppo", make_config(learning_rate=1e-3), seeds=SEEDS, chunk_iterations=CHUNK,
+                   target_return=0.0, target_metric="no_such_metric")
+
+    # Same shapes, another learning rate: its own entries, its own result.
+    other = fresh_run(make_config(learning_rate=3e-3))
+    assert counter.traces == 2 and len(list(cache.iterdir())) == 4
+    assert_same_run(other, traced_runs[3e-3])
+
+    # Damaged entries are traced again and rewritten.
+    for path in entries:
+        path.write_bytes(path.read_bytes()[:100])
+    assert_same_run(fresh_run(make_config(learning_rate=1e-3)), traced_runs[1e-3])
+    assert counter.traces == 3
+    assert_same_run(fresh_run(make_config(learning_rate=1e-3)), traced_runs[1e-3])
+    assert counter.traces == 3
+
+
+def test_programs_with_host_callbacks_are_traced_every_time(cache, monkeypatch):
+    config = make_config(num_reports=2, num_evals=0)  # progress reports: a debug callback
+    counter = Counter(monkeypatch)
+    reports = []
+    with jaxrl_logging.sink(reports.append):
+        fresh_run(config)
+        reported_once = len(reports)
+        fresh_run(config)
+    assert counter.traces == 2 and reported_once > 0 and len(reports) == 2 * reported_once
+    assert len(list(cache.iterdir())) == 2  # init saved; the chunk marked as not serializable
+
+
+def test_identity_leaves_out_what_it_cannot_describe():
+    from jaxrl.algorithms import dqn
+
+    assert runner._program_identity(ppo, make_config()).startswith("jaxrl.algorithms.ppo Config(")
+    assert runner._program_identity(ppo, make_config(env_id="gymnasium:CartPole-v1")) is None
+    assert runner._program_identity(dqn, dqn.Config(learning_rate=np.float32(1e-3))) is None  # not plain data
+
+
+RERUN = """
+import sys
+import jax
+jax.config.update("jax_compilation_cache_dir", {cache!r})
+sys.path.insert(0, {tests!r})
+import numpy as np
+from jaxrl import loop, runner
+from test_program_cache import CHUNK, SEEDS, leaves, make_config
+
+traces = []
+original = loop.iterate
+loop.iterate = lambda *args, **kwargs: traces.append(1) or original(*args, **kwargs)
+result = runner.run("ppo", make_config(learning_rate=1e-3), seeds=SEEDS, chunk_iterations=CHUNK)
+np.savez({out!r}, traces=len(traces), **{{f"metric_{{k}}": v for k, v in result.metrics.items()}},
+         **{{f"leaf_{{i}}": leaf for i, leaf in enumerate(leaves(result.state))}})
+"""
+
+
+@pytest.mark.slow
+def test_a_second_process_loads_what_the_first_saved(traced_runs, tmp_path):
+    """Two fresh processes sharing a persistent cache directory: the second traces
+    nothing, and both equal the run traced in this process."""
+    reference = traced_runs[1e-3]
+    for number, expected_traces in ((1, 1), (2, 0)):
+        out = tmp_path / f"run{number}.npz"
+        script = tmp_path / "rerun.py"
+        script.write_text(textwrap.dedent(RERUN.format(cache=str(tmp_path / "cache"), out=str(out),
+                                                       tests=os.path.dirname(__file__))))
+        process = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+        assert process.returncode == 0, process.stderr[-3000:]
+        saved = np.load(out)
+        assert int(saved["traces"]) == expected_traces
+        for name, values in reference.metrics.items():
+            np.testing.assert_array_equal(saved[f"metric_{name}"], values, err_msg=name)
+        for i, leaf in enumerate(leaves(reference.state)):
+            np.testing.assert_array_equal(saved[f"leaf_{i}"], leaf)
