@@ -5,6 +5,7 @@ import importlib
 from jaxrl._xla import configure as _configure_xla
 
 _configure_xla()
+importlib.import_module("jaxrl.program_cache")  # hashes jaxrl's source as imported
 
 from jaxrl.config import sweep_axes  # noqa: E402
 from jaxrl.types import Trajectory, TrainOutput  # noqa: E402

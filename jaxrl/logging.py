@@ -51,7 +51,10 @@ def progress_bar(total_timesteps: int, description: str = "training", disable: b
     ``unit``s: ``"updates"`` / ``"update"`` for algorithms that learn from a dataset.
 
     Reports from vmapped seeds are merged: the bar shows the furthest step count and
-    the mean of the latest returns across the seeds that reported one.
+    the mean of the latest returns across the seeds that reported one. Yields
+    ``update(values)``, the function reports reach it through (values: ``counter`` and
+    ``episode_return``, scalars or ``[seeds]``), for callers that have the values on
+    the host (:func:`jaxrl.runner.run`, between chunks).
     """
     from tqdm.auto import tqdm
 
@@ -74,7 +77,7 @@ def progress_bar(total_timesteps: int, description: str = "training", disable: b
 
     try:
         with sink(update):
-            yield bar
+            yield update
     finally:
         bar.close()
 

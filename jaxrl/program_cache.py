@@ -10,12 +10,15 @@ does), :func:`prepare` saves each program it is given as a serialized
 instead of tracing, and compiling it finds XLA's executable in JAX's cache.
 
 An entry is found only by a key that covers everything the trace depends on: the
-caller's ``identity`` of the program (for the runner: the algorithm and its whole
-config), the static arguments, the inputs' shapes and dtypes, jaxrl's own source (a
-hash of every module), the versions of the packages traced through, the JAX settings
-that change a trace, and the backend. Programs with host callbacks (progress reports,
-Gymnasium envs) cannot be serialized and are traced every time, as is everything while
-the persistent cache is off. A damaged entry is ignored and written again.
+caller's ``identity`` of the program (for the runner: the algorithm and every field of
+its config), the static arguments, the inputs' tree structure, shapes, dtypes and weak
+types, jaxrl's source as imported (a hash of every module, taken by ``import jaxrl``),
+the versions of jaxrl and of the packages traced through, Python's version, the backend
+and the current value of every JAX setting. Programs with host callbacks cannot be
+serialized and are traced every time, as are programs with inputs committed to a
+device, and everything while the persistent cache is off or remote. A damaged entry is
+ignored and written again. Entries are pickles: the directory must be as trusted as
+JAX's cache of executables beside it. Nothing is evicted; deleting the directory is safe.
 """
 
 from __future__ import annotations
@@ -24,37 +27,28 @@ import contextlib
 import functools
 import hashlib
 import importlib.util
+import logging
 import os
 import pickle
+import sys
 import uuid
 from typing import Any, Callable, Sequence
 
 import jax
+import numpy as np
 
-FORMAT = 1  # of an entry; part of the key
-PACKAGES = ("jax", "jaxlib", "flax", "optax", "chex", "gymnax", "numpy")
-JAX_SETTINGS = ("jax_enable_x64", "jax_default_prng_impl", "jax_threefry_partitionable",
-                "jax_default_matmul_precision", "jax_numpy_rank_promotion", "jax_numpy_dtype_promotion")
+FORMAT = 2  # of an entry; part of the key
+PACKAGES = ("jaxrl", "jax", "jaxlib", "flax", "optax", "chex", "gymnax", "numpy")
+NOT_SERIALIZABLE = "not serializable"
 
-
-def directory() -> str | None:
-    """Where entries are kept, or None while JAX's persistent cache is off (or
-    ``jax.export``'s serializer, the ``flatbuffers`` package, is missing)."""
-    cache_dir = jax.config.jax_compilation_cache_dir
-    if not (jax.config.jax_enable_compilation_cache and cache_dir):
-        return None
-    if importlib.util.find_spec("flatbuffers") is None:  # pragma: no cover - a declared dependency
-        return None
-    return os.path.join(cache_dir, "jaxrl-programs")
+log = logging.getLogger(__name__)
 
 
-@functools.lru_cache(maxsize=1)
-def _environment() -> bytes:
-    """Everything besides the program itself that a trace depends on, hashed once."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    digest = hashlib.sha256(f"format {FORMAT}\n".encode())
+def _source_digest() -> bytes | None:
+    """A hash of jaxrl's modules, or None where they are not available as ``.py`` files."""
+    digest = hashlib.sha256()
     root = os.path.dirname(os.path.abspath(__file__))
+    found = False
     for folder, subfolders, files in sorted(os.walk(root)):
         subfolders.sort()
         for name in sorted(files):
@@ -63,23 +57,57 @@ def _environment() -> bytes:
                 digest.update(os.path.relpath(path, root).encode() + b"\0")
                 with open(path, "rb") as f:
                     digest.update(f.read() + b"\0")
-    for package in PACKAGES:
+                found = True
+    return digest.digest() if found else None
+
+
+# Taken on import (``jaxrl`` imports this module): the code a process runs is the code it
+# imported, even if the files change afterwards.
+SOURCE = _source_digest()
+
+
+def directory() -> str | None:
+    """Where entries are kept, or None: while JAX's persistent cache is off or on a
+    remote file system, without jaxrl's ``.py`` sources, or without ``jax.export``'s
+    serializer (the ``flatbuffers`` package)."""
+    cache_dir = jax.config.jax_compilation_cache_dir
+    if not (jax.config.jax_enable_compilation_cache and cache_dir) or "://" in str(cache_dir) or SOURCE is None:
+        return None
+    if importlib.util.find_spec("flatbuffers") is None:  # pragma: no cover - a declared dependency
+        return None
+    return os.path.join(cache_dir, "jaxrl-programs")
+
+
+@functools.lru_cache(maxsize=1)
+def _versions() -> bytes:
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(package):
         try:
-            digest.update(f"{package} {version(package)}\n".encode())
+            return version(package)
         except PackageNotFoundError:
-            digest.update(f"{package} -\n".encode())
-    for setting in JAX_SETTINGS:
-        digest.update(f"{setting} {getattr(jax.config, setting, None)}\n".encode())
-    digest.update(f"backend {jax.default_backend()}\n".encode())
-    digest.update(f"JAXRL_NO_XLA_SETTINGS {os.environ.get('JAXRL_NO_XLA_SETTINGS', '')}\n".encode())
-    return digest.digest()
+            return "-"
+
+    return repr([(package, of(package)) for package in PACKAGES] + [("python", sys.version)]).encode()
 
 
-def _entry_path(root: str, identity: str, static: tuple, leaves: Sequence) -> str:
-    digest = hashlib.sha256(_environment())
-    digest.update(identity.encode() + b"\0" + repr(static).encode() + b"\0")
-    digest.update(repr([(tuple(leaf.shape), str(leaf.dtype)) for leaf in leaves]).encode())
-    return os.path.join(root, digest.hexdigest() + ".program")
+def _environment() -> bytes:
+    """What besides the program itself a trace depends on. JAX's settings are read on
+    every call, so one changed between two runs in a process gives another key."""
+    # getattr sees thread-local values (``with jax.numpy_rank_promotion(...)``) too.
+    settings = sorted((name, repr(getattr(jax.config, name, value))) for name, value in jax.config.values.items())
+    return SOURCE + _versions() + repr(settings).encode() + repr(
+        (jax.default_backend(), os.environ.get("JAXRL_NO_XLA_SETTINGS", ""))).encode()
+
+
+def _abstract(leaf) -> jax.ShapeDtypeStruct | None:
+    """``leaf``'s shape, dtype and weak type; None for a leaf the cache does not take
+    (an array committed to a device, a Python scalar)."""
+    if isinstance(leaf, jax.Array) and leaf.committed:
+        return None
+    if not isinstance(leaf, (jax.Array, jax.ShapeDtypeStruct, np.ndarray, np.generic)):
+        return None
+    return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, weak_type=getattr(leaf, "weak_type", False))
 
 
 def prepare(jitted, args: tuple, static: tuple = (), *, identity: str | None = None,
@@ -90,8 +118,8 @@ def prepare(jitted, args: tuple, static: tuple = (), *, identity: str | None = N
     Args:
       jitted: a ``jax.jit`` function; ``static`` are its static arguments, last.
       args: its other arguments (arrays or ``jax.ShapeDtypeStruct`` pytrees).
-      identity: a string that, with the inputs' shapes and dtypes and jaxrl's source,
-        determines the program; None to never cache it.
+      identity: a string that, with the inputs' types and jaxrl's source, determines
+        the program; None to never cache it.
       donate_argnums: positions in ``args`` whose buffers the program may reuse (as
         ``jitted`` donates them).
 
@@ -100,42 +128,31 @@ def prepare(jitted, args: tuple, static: tuple = (), *, identity: str | None = N
     callable taking ``*args``'s pytrees.
     """
     root = directory() if identity is not None else None
-    if root is None:
-        return _traced(jitted.trace(*args, *static))
     leaves, in_tree = jax.tree.flatten(args)
-    infos = [jax.ShapeDtypeStruct(leaf.shape, leaf.dtype) for leaf in leaves]
-    path = _entry_path(root, identity, static, infos)
-    entry = _load(path, in_tree)
-    if entry is not None and entry["exported"] is None:  # known not to serialize
+    infos = [_abstract(leaf) for leaf in leaves]
+    if root is None or any(info is None for info in infos) or " at 0x" in str(in_tree):  # not cached
         return _traced(jitted.trace(*args, *static))
-    if entry is None:
+    digest = hashlib.sha256(_environment())
+    for part in (identity, repr(static), str(in_tree), repr(infos)):
+        digest.update(part.encode() + b"\0")
+    path = os.path.join(root, digest.hexdigest() + ".program")
+
+    loaded, traced = _load(path), None
+    if loaded is None:
         traced = jitted.trace(*args, *static)
-        out_tree = jax.tree.structure(traced.out_info)
-        entry = {"in_tree": in_tree, "out_tree": out_tree, "exported": None}
-        try:
-            pickle.dumps((in_tree, out_tree))
-            if traced.jaxpr.effects:
-                raise ValueError(f"host callbacks or other effects: {traced.jaxpr.effects}")
-
-            def flat(*flat_args):
-                # Reuses the trace above (same function and input types).
-                return jax.tree.leaves(jitted(*jax.tree.unflatten(in_tree, flat_args), *static))
-
-            entry["exported"] = jax.export.export(jax.jit(flat))(*infos).serialize()
-        except Exception:  # anything that cannot be serialized is traced every time
-            _save(path, entry)
-            return _traced(traced)
+        entry = _export(traced, jitted, in_tree, infos, static, identity)
         _save(path, entry)
-    exported = jax.export.deserialize(entry["exported"])
-    out_tree = entry["out_tree"]
-    out_info = jax.tree.unflatten(out_tree, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in exported.out_avals])
-    sizes = [len(jax.tree.leaves(arg)) for arg in args]
-    donated = tuple(i for position in donate_argnums
-                    for i in range(sum(sizes[:position]), sum(sizes[:position + 1])))
+        loaded = _load_entry(entry)
+    if loaded == NOT_SERIALIZABLE:
+        return _traced(traced or jitted.trace(*args, *static))
+    exported, out_info = loaded
+    out_tree = jax.tree.structure(out_info)
+    arg_infos = jax.tree.unflatten(in_tree, infos)
 
     def compile_exported():
-        compiled = jax.jit(exported.call, donate_argnums=donated).lower(*infos).compile()
-        return lambda *call_args: jax.tree.unflatten(out_tree, compiled(*jax.tree.leaves(call_args)))
+        call = jax.jit(lambda *call_args: jax.tree.unflatten(out_tree, exported.call(*jax.tree.leaves(call_args))),
+                       donate_argnums=tuple(donate_argnums))
+        return call.lower(*arg_infos).compile()
 
     return out_info, compile_exported
 
@@ -144,28 +161,63 @@ def _traced(traced) -> tuple[Any, Callable[[], Callable]]:
     return traced.out_info, lambda: traced.lower().compile()
 
 
-def _load(path: str, in_tree) -> dict | None:
-    """The entry at ``path`` if there is a readable one for inputs ``in_tree``."""
+def _export(traced, jitted, in_tree, infos, static, identity) -> dict:
+    """The entry for a traced program: its serialized export, or a marker that it has
+    none (host callbacks, or anything else ``jax.export`` refuses)."""
+    if traced.jaxpr.effects:  # host callbacks: nothing to serialize them as
+        return {"exported": None}
+    out_leaves, out_tree = jax.tree.flatten(traced.out_info)
+
+    def flat(*flat_args):  # the same function on leaves (same input types: reuses the trace)
+        return jax.tree.leaves(jitted(*jax.tree.unflatten(in_tree, flat_args), *static))
+
+    try:
+        blob = bytes(jax.export.export(jax.jit(flat))(*infos).serialize())
+    except Exception as error:  # noqa: BLE001 - anything export refuses is traced every time
+        log.warning("jaxrl.program_cache: tracing %.60s... every time: jax.export refused it (%s)", identity, error)
+        return {"exported": None}
+    return {"exported": blob, "sha256": hashlib.sha256(blob).hexdigest(), "out_tree": out_tree,
+            "out_weak": [leaf.weak_type for leaf in out_leaves]}
+
+
+def _load(path: str):
+    """``(exported, out_info)`` from the entry at ``path``, ``NOT_SERIALIZABLE``, or
+    None where there is no readable entry (missing, damaged, or from code that no
+    longer unpickles)."""
     try:
         with open(path, "rb") as f:
-            entry = pickle.load(f)
-        if entry["in_tree"] != in_tree:
-            return None
-        if entry["exported"] is not None:
-            entry["exported"] = bytearray(entry["exported"])
-        return entry
-    except Exception:  # missing, damaged, or from code that no longer unpickles
+            return _load_entry(pickle.load(f))
+    except Exception:  # noqa: BLE001 - any unreadable entry is a miss
         return None
 
 
+def _load_entry(entry: dict):
+    if entry["exported"] is None:
+        return NOT_SERIALIZABLE
+    if hashlib.sha256(entry["exported"]).hexdigest() != entry["sha256"]:
+        raise ValueError("damaged entry")
+    exported = jax.export.deserialize(entry["exported"])
+    # Serialization keeps shapes and dtypes but not weak types: those come from the entry.
+    infos = [jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=weak)
+             for aval, weak in zip(exported.out_avals, entry["out_weak"], strict=True)]
+    return exported, jax.tree.unflatten(entry["out_tree"], infos)
+
+
 def _save(path: str, entry: dict) -> None:
-    """Write ``entry`` atomically (a reader sees the old file or the new one, whole);
-    best effort: a cache that cannot be written is only slower."""
+    """Write ``entry`` (or, if its trees do not pickle, the not-serializable marker)
+    atomically: a reader sees the old file or the new one, whole. Best effort: a cache
+    that cannot be written is only slower."""
+    try:
+        data = pickle.dumps(entry)
+    except Exception:  # noqa: BLE001 - e.g. a pytree node class defined in a function
+        data = pickle.dumps({"exported": None})
     temporary = f"{path}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(temporary, "xb") as f:
-            pickle.dump({**entry, "exported": None if entry["exported"] is None else bytes(entry["exported"])}, f)
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(temporary, path)
     except OSError:
         with contextlib.suppress(OSError):

@@ -205,7 +205,8 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, chunk
         an event: a seed counts as solved from the first row where that mean reached
         the target (as when each seed is a run of its own that stops there), and the run
         stops once every seed has been.
-      progress: show a progress bar of env steps.
+      progress: show a progress bar of env steps, advanced after each chunk (the
+        chunk's programs leave out the config's ``num_reports`` progress reports).
     """
     name, module = _module(algorithm)
     program_args = {} if dataset is None else {"dataset": dataset}
@@ -289,16 +290,18 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, chunk
             compiled[signature] = (prepared or prepare_chunk(length))[1]()
         return compiled[signature]
 
+    first_chunk = None
+    if completed < num_iterations and (first_length, _signature(state)) not in compiled:
+        first_chunk = prepare_chunk(first_length)
+    if target_return is not None:
+        metric_names = (jax.eval_shape(chunk, state, run_keys, jnp.int32(0), first_length)
+                        if first_chunk is None else first_chunk[0])[1]
+        needed = ("episode_return", "episodes") if target_episodes is not None else (target_metric,)
+        for metric in needed:
+            if metric not in metric_names:
+                raise ValueError(f"target_metric {metric!r} is not a metric of {name}; "
+                                 f"its metrics: {', '.join(sorted(metric_names))}")
     if completed < num_iterations:
-        first_chunk = None if (first_length, _signature(state)) in compiled else prepare_chunk(first_length)
-        if target_return is not None:
-            metric_names = (jax.eval_shape(chunk, state, run_keys, jnp.int32(0), first_length)
-                            if first_chunk is None else first_chunk[0])[1]
-            needed = ("episode_return", "episodes") if target_episodes is not None else (target_metric,)
-            for metric in needed:
-                if metric not in metric_names:
-                    raise ValueError(f"target_metric {metric!r} is not a metric of {name}; "
-                                     f"its metrics: {', '.join(sorted(metric_names))}")
         executable(first_length, first_chunk)
     if init_pending is not None:
         compiled[init_signature] = init_pending.result()
@@ -317,7 +320,7 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, chunk
     stopped_early, chunks_run = False, 0
     try:
         with jaxrl_logging.progress_bar(total, disable=not progress, counter=counter,
-                                        unit="update" if counter == "updates" else "step"):
+                                        unit="update" if counter == "updates" else "step") as show_progress:
             while completed < num_iterations and not stopped_early:
                 length = min(chunk_iterations, num_iterations - completed)
                 start = time.perf_counter()
@@ -335,6 +338,10 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, chunk
                                                         for k in history}
                 for logger in loggers:
                     logger.write(rows["iteration"][0], {k: v for k, v in rows.items() if k != "iteration"})
+                if counter in rows:
+                    returns = rows.get("episode_return")
+                    show_progress({counter: rows[counter][:, -1],
+                                   "episode_return": np.nan if returns is None else latest_finite(returns)})
                 if target_return is not None:
                     stopped_early = bool(np.all(_target_values(history, target_metric, target_episodes)
                                                 >= target_return))
@@ -377,28 +384,25 @@ def _programs(module: ModuleType, config):
 
 
 def _program_identity(module: ModuleType, config) -> str | None:
-    """A string that, with the inputs' shapes and jaxrl's source, determines the
-    programs of ``module`` on ``config``; None where code outside jaxrl and gymnax
-    shapes them (an algorithm module of the user's, a Gymnasium or user-registered env)
-    or a config field is not plain data."""
+    """A string that, with the inputs' types and jaxrl's source, determines the
+    programs of ``module`` on ``config``: the algorithm, the config's class and every
+    field. None where code outside jaxrl shapes the programs (the user's algorithm or
+    config class, a Gymnasium env) or a field is not plain data."""
     def plain(value):
         if isinstance(value, (tuple, list)):
             return all(plain(v) for v in value)
         return value is None or isinstance(value, (str, int, float, bool))
 
-    if not module.__name__.startswith("jaxrl.algorithms.") or not dataclasses.is_dataclass(config):
+    config_class = type(config)
+    if not (module.__name__.startswith("jaxrl.algorithms.") and dataclasses.is_dataclass(config)
+            and config_class.__module__.startswith("jaxrl.")):
         return None
-    if not all(plain(getattr(config, field.name)) for field in dataclasses.fields(config)):
+    fields = [(field.name, getattr(config, field.name)) for field in dataclasses.fields(config)]
+    if not all(plain(value) for _, value in fields):
         return None
-    env_id = getattr(config, "env_id", None)
-    if env_id is not None:
-        if not isinstance(env_id, str) or env_id.startswith(envs.GYMNASIUM_PREFIX):
-            return None
-        import gymnax
-
-        if not type(gymnax.make(env_id)[0]).__module__.startswith("gymnax."):
-            return None
-    return f"{module.__name__} {config!r}"
+    if str(getattr(config, "env_id", "")).startswith(envs.GYMNASIUM_PREFIX):
+        return None
+    return f"{module.__name__} {config_class.__module__}.{config_class.__qualname__}{fields!r}"
 
 
 @functools.lru_cache(maxsize=16)
@@ -413,7 +417,10 @@ def _cached_programs(module: ModuleType, config):
         return jax.vmap(one)(keys)
 
     def chunk(state, run_keys, start, length):
-        program = module.program(config)
+        # No progress reports from inside: ``run`` shows progress between chunks, and a
+        # program without host callbacks can be kept by JAX's persistent cache (which
+        # skips programs with callbacks) and by jaxrl.program_cache.
+        program = module.program(config)._replace(num_reports=0)
         return jax.vmap(lambda s, k: loop.iterate(program, s, k, start, length))(state, run_keys)
 
     return (jax.jit(init_all), jax.jit(chunk, static_argnums=3, donate_argnums=0), {},

@@ -8,7 +8,9 @@ a user's rerun does."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -107,24 +109,115 @@ def test_a_rerun_loads_its_programs_and_equals_the_traced_run(traced_runs, cache
     assert counter.traces == 3
 
 
-def test_programs_with_host_callbacks_are_traced_every_time(cache, monkeypatch):
-    config = make_config(num_reports=2, num_evals=0)  # progress reports: a debug callback
+def test_a_progress_bar_run_is_cached_too(cache, monkeypatch, capsys):
+    """The runner shows progress between chunks and leaves the config's in-program
+    reports (host callbacks, which neither cache can keep) out of its chunks."""
+    config = make_config(learning_rate=1e-3, num_reports=5, num_evals=0)
     counter = Counter(monkeypatch)
     reports = []
     with jaxrl_logging.sink(reports.append):
-        fresh_run(config)
-        reported_once = len(reports)
-        fresh_run(config)
-    assert counter.traces == 2 and reported_once > 0 and len(reports) == 2 * reported_once
-    assert len(list(cache.iterdir())) == 2  # init saved; the chunk marked as not serializable
+        for _ in range(2):
+            runner._cached_programs.cache_clear()
+            result = runner.run("ppo", config, seeds=SEEDS, chunk_iterations=CHUNK, progress=True)
+    assert counter.traces == 1 and reports == []
+    assert result.completed == config.num_iterations
+    assert "1.02k/1.02k" in capsys.readouterr().err  # the bar reached the run's env steps
+
+
+# ----------------------------------------------------------------------------- prepare itself
+
+
+def double(x, scale):
+    return {"y": x["a"] * scale, "count": x["count"] + 1}
+
+
+ARGS = ({"a": np.arange(3, dtype=np.float32), "count": np.int32(0)},)
+
+
+def prepared(identity="double", args=ARGS, static=(2,), fn=double):
+    out_info, compile_fn = program_cache.prepare(jax.jit(fn, static_argnums=1), args, static, identity=identity)
+    return out_info, compile_fn()(*args)
+
+
+def test_prepare_keys_on_jax_settings_and_identity(cache):
+    for _ in range(2):  # traced and saved, then loaded
+        result = prepared()[1]
+        np.testing.assert_array_equal(result["y"], [0.0, 2.0, 4.0])
+        assert int(result["count"]) == 1
+    assert len(list(cache.iterdir())) == 1
+    with jax.numpy_rank_promotion("warn"):  # a setting changed in this process: another key
+        prepared()
+    prepared(identity="double, another")
+    prepared(static=(3,))
+    assert len(list(cache.iterdir())) == 4
+
+
+def test_loaded_outputs_keep_weak_types(cache):
+    args = ({"a": np.arange(3, dtype=np.float32), "count": jax.numpy.asarray(0)},)  # count: weak int32
+    traced_info, _ = prepared(args=args)
+    loaded_info, result = prepared(args=args)
+    assert loaded_info == traced_info and loaded_info["count"].weak_type
+    assert int(result["count"]) == 1
+
+
+def test_a_damaged_program_in_a_readable_entry_is_a_miss(cache):
+    prepared()
+    (path,) = cache.iterdir()
+    entry = pickle.loads(path.read_bytes())
+    entry["exported"] = entry["exported"][:-50] + bytes(50)
+    path.write_bytes(pickle.dumps(entry))
+    np.testing.assert_array_equal(prepared()[1]["y"], [0.0, 2.0, 4.0])
+    assert pickle.loads(path.read_bytes())["sha256"] == hashlib.sha256(
+        pickle.loads(path.read_bytes())["exported"]).hexdigest()  # written again, whole
+
+
+def test_what_cannot_be_kept_is_traced_every_time(cache):
+    @jax.tree_util.register_static
+    class Local:  # defined in a function: its tree does not pickle
+        def __init__(self, value):
+            self.value = value
+
+        def __eq__(self, other):
+            return isinstance(other, Local) and other.value == self.value
+
+        def __hash__(self):
+            return hash(self.value)
+
+    def with_local(x, scale):
+        return {"y": x["a"] * scale, "tag": Local(1)}
+
+    calls = []
+
+    def with_callback(x, scale):
+        jax.debug.callback(lambda: calls.append(1))
+        return x["a"] * scale
+
+    for _ in range(2):
+        assert prepared(fn=with_local, identity="local")[1]["tag"] == Local(1)
+        np.testing.assert_array_equal(prepared(fn=with_callback, identity="callback")[1], [0.0, 2.0, 4.0])
+    assert len(calls) == 2
+    entries = [pickle.loads(path.read_bytes()) for path in cache.iterdir()]
+    assert entries == [{"exported": None}] * 2  # markers, and no temporary files left
+    committed = ({"a": jax.device_put(np.arange(3, dtype=np.float32), jax.devices()[0]), "count": np.int32(0)},)
+    prepared(args=committed, identity="committed")
+    assert len(list(cache.iterdir())) == 2  # an input committed to a device: not cached
 
 
 def test_identity_leaves_out_what_it_cannot_describe():
+    from flax import struct
+
     from jaxrl.algorithms import dqn
 
-    assert runner._program_identity(ppo, make_config()).startswith("jaxrl.algorithms.ppo Config(")
+    assert runner._program_identity(ppo, make_config()).startswith(
+        "jaxrl.algorithms.ppo jaxrl.algorithms.ppo.Config[('env_id', 'CartPole-v1')")
     assert runner._program_identity(ppo, make_config(env_id="gymnasium:CartPole-v1")) is None
     assert runner._program_identity(dqn, dqn.Config(learning_rate=np.float32(1e-3))) is None  # not plain data
+
+    @struct.dataclass
+    class MyConfig(ppo.Config):  # the user's subclass: its code is not in jaxrl's source hash
+        pass
+
+    assert runner._program_identity(ppo, MyConfig()) is None
 
 
 RERUN = """
