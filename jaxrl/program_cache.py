@@ -142,8 +142,9 @@ def prepare(jitted, args: tuple, static: tuple = (), *, identity: str | None = N
         traced = jitted.trace(*args, *static)
         entry = _export(traced, jitted, in_tree, infos, static, identity)
         _save(path, entry)
+        # Compile what a later process will load, so that XLA's executable is cached for it.
         loaded = _load_entry(entry)
-    if loaded == NOT_SERIALIZABLE:
+    if loaded is NOT_SERIALIZABLE:
         return _traced(traced or jitted.trace(*args, *static))
     exported, out_info = loaded
     out_tree = jax.tree.structure(out_info)
