@@ -20,7 +20,8 @@ compiling, or loading from the cache) is part of it and shown separately, as are
 steps each seed took. ``--cache``: ``none`` compiles everything (JAX's persistent cache
 off); ``cold`` / ``warm`` run with the persistent compilation cache in an empty directory
 (filling it) and then again with it filled, which is what a user's second run gets
-(``python -m jaxrl train`` uses the cache by default). The settings per cell are printed
+(``python -m jaxrl train`` uses the cache by default): XLA's executables come from JAX's
+cache and the traced programs from ``jaxrl.program_cache`` beside it. The settings per cell are printed
 with the table: ``Config`` defaults plus the overrides in ``CELLS``.
 """
 
