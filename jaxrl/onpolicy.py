@@ -49,7 +49,7 @@ class Config:
     log_std_init: float = static(0.0)        # continuous actions only
     num_evals: int = static(10)              # deterministic evaluations over the run
     eval_episodes: int = static(10)
-    num_reports: int = static(50)            # progress reports to host sinks over the run
+    num_reports: int = static(50)            # `train`'s progress reports (the runner reports between chunks)
     # --- traced hyper-parameters
     learning_rate: float = 2.5e-4
     gamma: float = 0.99

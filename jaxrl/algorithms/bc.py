@@ -51,7 +51,7 @@ class Config:
     normalize_observations: bool = static(True)  # by the dataset's statistics, kept in params
     num_evals: int = static(10)              # deterministic evaluations over the run
     eval_episodes: int = static(10)
-    num_reports: int = static(50)            # progress reports to host sinks over the run
+    num_reports: int = static(50)            # `train`'s progress reports (the runner reports between chunks)
     # --- traced hyper-parameters
     learning_rate: float = 1e-3
 
