@@ -59,10 +59,13 @@ class Config(onpolicy.Config):
 
 PRESETS = {
     "CartPole-v1": {},
+    # 32x32 layers and GAE lambda 0.9: on 60 seeds, the slowest of 5 seeds reached the
+    # "solved" rule (last 100 training episodes >= -250) after 124k steps on average,
+    # against 191k with 64x64 layers and lambda 0.95, at 0.6x the cost per step.
     "Pendulum-v1": dict(
         num_envs=16, num_steps=64, total_timesteps=300_000, num_epochs=10, num_minibatches=8,
-        learning_rate=1e-3, gamma=0.95, gae_lambda=0.95, ent_coef=0.0, normalize_observations=True,
-        scale_rewards=True, clip_value_loss=False, log_std_init=-0.5,
+        hidden_sizes=(32, 32), learning_rate=1e-3, gamma=0.95, gae_lambda=0.9, ent_coef=0.0,
+        normalize_observations=True, scale_rewards=True, clip_value_loss=False, log_std_init=-0.5,
     ),
 }
 
