@@ -44,11 +44,12 @@ def sink(fn: Callable[[dict], None]):
 
 @contextlib.contextmanager
 def progress_bar(total_timesteps: int, description: str = "training", disable: bool = False,
-                 counter: str = "timesteps", unit: str = "step"):
+                 counter: str = "timesteps", unit: str = "step", initial: int = 0):
     """Show a tqdm bar (terminal or notebook) of env steps, steps/s and latest return.
 
     ``counter`` names the reported metric the bar counts to ``total_timesteps`` in
-    ``unit``s: ``"updates"`` / ``"update"`` for algorithms that learn from a dataset.
+    ``unit``s: ``"updates"`` / ``"update"`` for algorithms that learn from a dataset;
+    ``initial``: the count already done (a resumed run).
 
     Reports from vmapped seeds are merged: the bar shows the furthest step count and
     the mean of the latest returns across the seeds that reported one. Yields
@@ -59,9 +60,9 @@ def progress_bar(total_timesteps: int, description: str = "training", disable: b
     from tqdm.auto import tqdm
 
     bar = tqdm(total=int(total_timesteps), desc=description, unit=unit, unit_scale=True,
-               dynamic_ncols=True, disable=disable, mininterval=0.5)
+               dynamic_ncols=True, disable=disable, mininterval=0.5, initial=int(initial))
     latest_returns: list[float] = []
-    state = {"step": 0}
+    state = {"step": int(initial)}
 
     def update(values: dict) -> None:
         step = int(np.max(values.get(counter, 0)))

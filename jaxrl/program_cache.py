@@ -49,8 +49,7 @@ def _source_digest() -> bytes | None:
     digest = hashlib.sha256()
     root = os.path.dirname(os.path.abspath(__file__))
     found = False
-    for folder, subfolders, files in sorted(os.walk(root)):
-        subfolders.sort()
+    for folder, _, files in sorted(os.walk(root)):
         for name in sorted(files):
             if name.endswith(".py"):
                 path = os.path.join(folder, name)
@@ -68,12 +67,13 @@ SOURCE = _source_digest()
 
 def directory() -> str | None:
     """Where entries are kept, or None: while JAX's persistent cache is off or on a
-    remote file system, without jaxrl's ``.py`` sources, or without ``jax.export``'s
-    serializer (the ``flatbuffers`` package)."""
+    remote file system, without jaxrl's ``.py`` sources or once they differ from the
+    imported ones (edited since: a module reloaded in a notebook would run code the
+    hash does not describe), or without ``jax.export``'s serializer (``flatbuffers``)."""
     cache_dir = jax.config.jax_compilation_cache_dir
     if not (jax.config.jax_enable_compilation_cache and cache_dir) or "://" in str(cache_dir) or SOURCE is None:
         return None
-    if importlib.util.find_spec("flatbuffers") is None:  # pragma: no cover - a declared dependency
+    if _source_digest() != SOURCE or importlib.util.find_spec("flatbuffers") is None:
         return None
     return os.path.join(cache_dir, "jaxrl-programs")
 
@@ -96,8 +96,11 @@ def _environment() -> bytes:
     every call, so one changed between two runs in a process gives another key."""
     # getattr sees thread-local values (``with jax.numpy_rank_promotion(...)``) too.
     settings = sorted((name, repr(getattr(jax.config, name, value))) for name, value in jax.config.values.items())
-    return SOURCE + _versions() + repr(settings).encode() + repr(
-        (jax.default_backend(), os.environ.get("JAXRL_NO_XLA_SETTINGS", ""))).encode()
+    # The memory a replay buffer may take is checked while tracing (buffers.memory_limit).
+    from jaxrl.buffers.replay import memory_limit
+
+    machine = (FORMAT, jax.default_backend(), memory_limit(), os.environ.get("JAXRL_NO_XLA_SETTINGS", ""))
+    return SOURCE + _versions() + repr(settings).encode() + repr(machine).encode()
 
 
 def _abstract(leaf) -> jax.ShapeDtypeStruct | None:
@@ -153,7 +156,13 @@ def prepare(jitted, args: tuple, static: tuple = (), *, identity: str | None = N
     def compile_exported():
         call = jax.jit(lambda *call_args: jax.tree.unflatten(out_tree, exported.call(*jax.tree.leaves(call_args))),
                        donate_argnums=tuple(donate_argnums))
-        return call.lower(*arg_infos).compile()
+        try:
+            return call.lower(*arg_infos).compile()
+        except Exception as error:  # noqa: BLE001 - a loaded program XLA refuses: drop it, trace
+            log.warning("jaxrl.program_cache: dropping %s, which did not compile (%s)", path, error)
+            with contextlib.suppress(OSError):
+                os.remove(path)
+            return jitted.trace(*args, *static).lower().compile()
 
     return out_info, compile_exported
 

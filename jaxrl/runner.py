@@ -205,8 +205,9 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, chunk
         an event: a seed counts as solved from the first row where that mean reached
         the target (as when each seed is a run of its own that stops there), and the run
         stops once every seed has been.
-      progress: show a progress bar of env steps, advanced after each chunk (the
-        chunk's programs leave out the config's ``num_reports`` progress reports).
+      progress: show a progress bar of env steps (gradient updates for algorithms that
+        learn from a dataset), advanced after each chunk (the chunk's programs leave out
+        the config's ``num_reports`` progress reports).
     """
     name, module = _module(algorithm)
     program_args = {} if dataset is None else {"dataset": dataset}
@@ -319,7 +320,8 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, chunk
     total, counter = budget(config)
     stopped_early, chunks_run = False, 0
     try:
-        with jaxrl_logging.progress_bar(total, disable=not progress, counter=counter,
+        done = int(np.max(history[counter][:, -1])) if history and counter in history else 0  # resumed
+        with jaxrl_logging.progress_bar(total, disable=not progress, counter=counter, initial=done,
                                         unit="update" if counter == "updates" else "step") as show_progress:
             while completed < num_iterations and not stopped_early:
                 length = min(chunk_iterations, num_iterations - completed)
@@ -377,6 +379,11 @@ def _programs(module: ModuleType, config):
     the state donated); ``compiled`` caches executables by signature; ``identity``
     names the programs for :mod:`jaxrl.program_cache` (None: not cached on disk).
     """
+    if hasattr(config, "num_reports"):
+        # ``run`` shows progress between chunks: its programs leave out in-program reports
+        # (host callbacks, which neither JAX's persistent cache nor jaxrl.program_cache
+        # can keep), so configs that differ only in them share programs.
+        config = dataclasses.replace(config, num_reports=0)
     try:
         return _cached_programs(module, config)
     except TypeError:  # an unhashable config (e.g. arrays as fields): no sharing
@@ -386,8 +393,9 @@ def _programs(module: ModuleType, config):
 def _program_identity(module: ModuleType, config) -> str | None:
     """A string that, with the inputs' types and jaxrl's source, determines the
     programs of ``module`` on ``config``: the algorithm, the config's class and every
-    field. None where code outside jaxrl shapes the programs (the user's algorithm or
-    config class, a Gymnasium env) or a field is not plain data."""
+    field. None where something outside jaxrl shapes the programs (the user's algorithm
+    or config class, a Gymnasium env, a dataset file read while tracing) or a field is
+    not plain data."""
     def plain(value):
         if isinstance(value, (tuple, list)):
             return all(plain(v) for v in value)
@@ -401,6 +409,8 @@ def _program_identity(module: ModuleType, config) -> str | None:
     if not all(plain(value) for _, value in fields):
         return None
     if str(getattr(config, "env_id", "")).startswith(envs.GYMNASIUM_PREFIX):
+        return None
+    if getattr(config, "dataset_path", ""):  # read while tracing: the file's contents are not in the key
         return None
     return f"{module.__name__} {config_class.__module__}.{config_class.__qualname__}{fields!r}"
 
@@ -417,10 +427,7 @@ def _cached_programs(module: ModuleType, config):
         return jax.vmap(one)(keys)
 
     def chunk(state, run_keys, start, length):
-        # No progress reports from inside: ``run`` shows progress between chunks, and a
-        # program without host callbacks can be kept by JAX's persistent cache (which
-        # skips programs with callbacks) and by jaxrl.program_cache.
-        program = module.program(config)._replace(num_reports=0)
+        program = module.program(config)
         return jax.vmap(lambda s, k: loop.iterate(program, s, k, start, length))(state, run_keys)
 
     return (jax.jit(init_all), jax.jit(chunk, static_argnums=3, donate_argnums=0), {},

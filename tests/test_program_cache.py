@@ -19,8 +19,8 @@ import jax
 import numpy as np
 import pytest
 
-from jaxrl import logging as jaxrl_logging, loop, program_cache, runner
-from jaxrl.algorithms import ppo
+from jaxrl import data, logging as jaxrl_logging, loop, program_cache, runner
+from jaxrl.algorithms import bc, ppo
 
 SEEDS = 2
 CHUNK = 4
@@ -82,7 +82,7 @@ def test_a_rerun_loads_its_programs_and_equals_the_traced_run(traced_runs, cache
     counter = Counter(monkeypatch)
     first = fresh_run(make_config(learning_rate=1e-3))
     entries = {path: path.stat().st_mtime_ns for path in cache.iterdir()}
-    assert len(entries) == 2 and counter.traces == 1  # init and chunk, traced once to export them
+    assert len(entries) == 2 and counter.traces == 1  # init and chunk saved; the chunk traced once
     assert_same_run(first, traced_runs[1e-3])
 
     again = fresh_run(make_config(learning_rate=1e-3))
@@ -154,10 +154,13 @@ def test_prepare_keys_on_jax_settings_and_identity(cache):
 
 def test_loaded_outputs_keep_weak_types(cache):
     args = ({"a": np.arange(3, dtype=np.float32), "count": jax.numpy.asarray(0)},)  # count: weak int32
-    traced_info, _ = prepared(args=args)
-    loaded_info, result = prepared(args=args)
-    assert loaded_info == traced_info and loaded_info["count"].weak_type
-    assert int(result["count"]) == 1
+    traced_info = jax.jit(double, static_argnums=1).trace(*args, 2).out_info
+    assert traced_info["count"].weak_type
+    for _ in range(2):  # saved, then loaded
+        info, result = prepared(args=args)
+        assert jax.tree.map(lambda i: (i.shape, i.dtype, i.weak_type), info) == jax.tree.map(
+            lambda i: (i.shape, i.dtype, i.weak_type), traced_info)
+        assert int(result["count"]) == 1
 
 
 def test_a_damaged_program_in_a_readable_entry_is_a_miss(cache):
@@ -218,6 +221,27 @@ def test_identity_leaves_out_what_it_cannot_describe():
         pass
 
     assert runner._program_identity(ppo, MyConfig()) is None
+    assert runner._program_identity(bc, bc.Config(dataset_path="expert.npz")) is None  # read while tracing
+    assert runner._program_identity(bc, bc.Config()) is not None
+
+
+def test_a_bc_run_from_a_dataset_is_loaded_and_equal(cache, monkeypatch):
+    rng = np.random.default_rng(0)
+    dataset = data.Dataset(
+        obs=rng.normal(size=(64, 4)).astype(np.float32), action=rng.integers(0, 2, size=64).astype(np.int32),
+        reward=np.ones(64, np.float32), terminated=np.zeros(64, bool), truncated=np.zeros(64, bool),
+        next_obs=rng.normal(size=(64, 4)).astype(np.float32), episode_return=np.zeros(64, np.float32),
+        episode_length=np.zeros(64, np.int32), env_id="CartPole-v1")
+    config = bc.Config(env_id="CartPole-v1", num_updates=20, batch_size=8, num_evals=1, eval_episodes=1,
+                       hidden_sizes=(8,), num_reports=0)
+    counter = Counter(monkeypatch)
+    runs = []
+    for _ in range(2):
+        runner._cached_programs.cache_clear()
+        runs.append(runner.run("bc", config, seeds=SEEDS, dataset=dataset, chunk_iterations=10, progress=True))
+    assert counter.traces == 1 and len(list(cache.iterdir())) == 2
+    assert_same_run(runs[1], runs[0])
+    assert runs[0].metrics["updates"][:, -1].tolist() == [20] * SEEDS
 
 
 RERUN = """
