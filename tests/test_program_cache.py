@@ -19,7 +19,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxrl import data, logging as jaxrl_logging, loop, program_cache, runner
+from jaxrl import logging as jaxrl_logging, loop, program_cache, runner
 from jaxrl.algorithms import bc, ppo
 
 SEEDS = 2
@@ -226,14 +226,9 @@ def test_identity_leaves_out_what_it_cannot_describe():
 
 
 def test_a_bc_run_from_a_dataset_is_loaded_and_equal(cache, monkeypatch):
-    rng = np.random.default_rng(0)
-    dataset = data.Dataset(
-        obs=rng.normal(size=(64, 4)).astype(np.float32), action=rng.integers(0, 2, size=64).astype(np.int32),
-        reward=np.ones(64, np.float32), terminated=np.zeros(64, bool), truncated=np.zeros(64, bool),
-        next_obs=rng.normal(size=(64, 4)).astype(np.float32), episode_return=np.zeros(64, np.float32),
-        episode_length=np.zeros(64, np.int32), env_id="CartPole-v1")
-    config = bc.Config(env_id="CartPole-v1", num_updates=20, batch_size=8, num_evals=1, eval_episodes=1,
-                       hidden_sizes=(8,), num_reports=0)
+    from test_runner import small_bc_run
+
+    dataset, config = small_bc_run()
     counter = Counter(monkeypatch)
     runs = []
     for _ in range(2):

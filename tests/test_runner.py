@@ -492,7 +492,8 @@ def test_cli_logdir_checkpoints_target_plot_and_resume(tmp_path, capsys):
     assert "every seed reached the target return 5 (mean return of its last 10 training episodes) after 512 env steps" in capsys.readouterr().out
 
 
-def test_bc_runs_in_chunks_from_a_dataset_and_equals_the_fused_train():
+def small_bc_run():
+    """A random CartPole dataset of 64 transitions and a BC config of 20 updates."""
     from jaxrl import data
     from jaxrl.algorithms import bc
 
@@ -504,6 +505,13 @@ def test_bc_runs_in_chunks_from_a_dataset_and_equals_the_fused_train():
         episode_length=np.zeros(64, np.int32), env_id="CartPole-v1")
     config = bc.Config(env_id="CartPole-v1", num_updates=20, batch_size=8, num_evals=1, eval_episodes=1,
                        hidden_sizes=(8,), num_reports=0)
+    return dataset, config
+
+
+def test_bc_runs_in_chunks_from_a_dataset_and_equals_the_fused_train():
+    from jaxrl.algorithms import bc
+
+    dataset, config = small_bc_run()
     result = runner.run("bc", config, seeds=2, dataset=dataset, chunk_iterations=10)
     assert result.completed == 20 and result.metrics["updates"][:, -1].tolist() == [20, 20]
     fused = jax.jit(jax.vmap(bc.train, in_axes=(0, None, None)))(jax.random.split(jax.random.key(0), 2), config, dataset)
