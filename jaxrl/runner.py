@@ -252,7 +252,13 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, chunk
             from jaxrl.checkpoint import check_meta
 
             with open(os.path.join(logdir, "run.json")) as f:
-                check_meta(json.load(f), meta, f"the run in {logdir!r}")
+                saved = json.load(f)
+            saved_config = saved.get("config")
+            if isinstance(saved_config, dict) and "num_reports" in saved_config and "num_reports" in meta["config"]:
+                # The runner's programs leave out num_reports (see _programs), so a resumed
+                # run may change it; run.json and the checkpoints keep the first run's value.
+                meta["config"]["num_reports"] = saved_config["num_reports"]
+            check_meta(saved, meta, f"the run in {logdir!r}")
         if checkpoint_every is not None or (resume and os.path.isdir(checkpoint_dir)):
             from jaxrl.checkpoint import Checkpoints
 

@@ -7,6 +7,7 @@ halves in fresh processes, as a user's job would."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import os
@@ -405,16 +406,20 @@ def test_a_crash_mid_save_then_resume_gives_the_uninterrupted_run(ppo_run, tmp_p
 def test_resume_restores_the_replay_buffer_exactly(tmp_path):
     """DQN's state holds a prioritized n-step replay buffer: resuming from the second
     checkpoint of a finished run (in this process, as after a crash that lost the
-    later ones) reproduces the rest of the run exactly, logs included."""
+    later ones) reproduces the rest of the run exactly, logs included. A changed
+    config is refused, except for ``num_reports``."""
     straight = straight_run("dqn", tmp_path / "straight")
     import shutil
 
     shutil.copytree(tmp_path / "straight", tmp_path / "resumed")
     for step in (3 * CHUNK, 4 * CHUNK):
         shutil.rmtree(tmp_path / "resumed" / "checkpoints" / str(step))
-    resumed = runner.run("dqn", make_config("dqn"), seeds=SEEDS, chunk_iterations=CHUNK, metrics_every=2,
-                         logdir=str(tmp_path / "resumed"), loggers=("csv", "jsonl", "tensorboard"), checkpoint_every=1,
-                         resume=True)
+    resume = dict(seeds=SEEDS, chunk_iterations=CHUNK, metrics_every=2, logdir=str(tmp_path / "resumed"),
+                  loggers=("csv", "jsonl", "tensorboard"), checkpoint_every=1, resume=True)
+    with pytest.raises(ValueError, match=r"is from a different run; config: saved .*'learning_rate': 0.0003"):
+        runner.run("dqn", dataclasses.replace(make_config("dqn"), learning_rate=3e-4), **resume)
+    # num_reports only drives in-program progress reports, which the runner leaves out.
+    resumed = runner.run("dqn", dataclasses.replace(make_config("dqn"), num_reports=3), **resume)
     np.testing.assert_array_equal(resumed.iterations, straight.iterations)
     for key, values in straight.metrics.items():
         np.testing.assert_array_equal(resumed.metrics[key], values, err_msg=key)
