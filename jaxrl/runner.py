@@ -210,6 +210,10 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, chunk
         the config's ``num_reports`` progress reports).
     """
     name, module = _module(algorithm)
+    if dataset is None and getattr(config, "dataset_path", "") and hasattr(module, "load_config_dataset"):
+        # Read on the host before anything traces: a bad file fails first, and the data is
+        # an argument of the programs instead of a constant, so they can be cached on disk.
+        dataset = module.load_config_dataset(config)
     program_args = {} if dataset is None else {"dataset": dataset}
     if dataset is not None and "dataset" not in inspect.signature(module.program).parameters:
         raise TypeError(f"{name} does not learn from a dataset: pass dataset only to algorithms that do (bc)")
@@ -416,8 +420,8 @@ def _program_identity(module: ModuleType, config) -> str | None:
         return None
     if str(getattr(config, "env_id", "")).startswith(envs.GYMNASIUM_PREFIX):
         return None
-    if getattr(config, "dataset_path", ""):  # read while tracing: the file's contents are not in the key
-        return None
+    if getattr(config, "dataset_path", "") and not hasattr(module, "load_config_dataset"):
+        return None  # read while tracing: the file's contents would not be in the key (run reads bc's first)
     return f"{module.__name__} {config_class.__module__}.{config_class.__qualname__}{fields!r}"
 
 

@@ -221,21 +221,29 @@ def test_identity_leaves_out_what_it_cannot_describe():
         pass
 
     assert runner._program_identity(ppo, MyConfig()) is None
-    assert runner._program_identity(bc, bc.Config(dataset_path="expert.npz")) is None  # read while tracing
     assert runner._program_identity(bc, bc.Config()) is not None
+    # runner.run reads bc's dataset_path on the host and passes the data as an argument.
+    assert runner._program_identity(bc, bc.Config(dataset_path="expert.npz")) is not None
 
 
-def test_a_bc_run_from_a_dataset_is_loaded_and_equal(cache, monkeypatch):
+def test_a_bc_run_from_a_dataset_or_its_file_is_loaded_and_equal(cache, monkeypatch, tmp_path):
     from test_runner import small_bc_run
 
+    from jaxrl import data
+
     dataset, config = small_bc_run()
+    path = tmp_path / "expert.npz"
+    data.save_dataset(path, dataset)
+    from_file = config.replace(dataset_path=str(path))
     counter = Counter(monkeypatch)
     runs = []
-    for _ in range(2):
+    for run_config, run_dataset in [(config, dataset), (config, dataset), (from_file, None), (from_file, None)]:
         runner._cached_programs.cache_clear()
-        runs.append(runner.run("bc", config, seeds=SEEDS, dataset=dataset, chunk_iterations=10, progress=True))
-    assert counter.traces == 1 and len(list(cache.iterdir())) == 2
-    assert_same_run(runs[1], runs[0])
+        runs.append(runner.run("bc", run_config, seeds=SEEDS, dataset=run_dataset, chunk_iterations=10,
+                               progress=True))
+    assert counter.traces == 2 and len(list(cache.glob("*.program"))) == 4  # one trace, two entries per config
+    for run in runs[1:]:
+        assert_same_run(run, runs[0])
     assert runs[0].metrics["updates"][:, -1].tolist() == [20] * SEEDS
 
 
