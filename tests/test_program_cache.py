@@ -21,6 +21,7 @@ import pytest
 
 from jaxrl import logging as jaxrl_logging, loop, program_cache, runner
 from jaxrl.algorithms import bc, ppo
+from test_runner import leaves, small_bc_run
 
 SEEDS = 2
 CHUNK = 4
@@ -30,11 +31,6 @@ def make_config(**overrides):
     """Tiny PPO whose state holds running observation statistics and PRNG keys."""
     return ppo.Config(**{**dict(total_timesteps=1024, num_envs=4, num_steps=16, hidden_sizes=(8,), num_evals=2,
                                 eval_episodes=2, num_reports=0, normalize_observations=True), **overrides})
-
-
-def leaves(tree):
-    return [np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
-            for x in jax.tree.leaves(tree)]
 
 
 def assert_same_run(ours, theirs):
@@ -227,8 +223,6 @@ def test_identity_leaves_out_what_it_cannot_describe():
 
 
 def test_a_bc_run_from_a_dataset_or_its_file_is_loaded_and_equal(cache, monkeypatch, tmp_path):
-    from test_runner import small_bc_run
-
     from jaxrl import data
 
     dataset, config = small_bc_run()
