@@ -31,9 +31,16 @@ default backend:
   is ``set_priorities(state, indices, |td| + 1e-6)``, and the sample also computes the
   normalised importance weights from the returned probabilities (as jaxrl's does).
 
+``bare-copy`` is no buffer but a ceiling: the same arrays, flat over all slots; its
+``sample`` draws 256 uniform indices and gathers those rows of every leaf, its ``add``
+writes 8 rows at a rotating position. Any buffer that returns copies of the sampled
+transitions does at least this work, so where it is memory-bound (84x84-byte rows from
+a buffer far larger than the caches) no sampler can beat it by much.
+
 The jaxrl/flashbax ratio (throughput of jaxrl over throughput of that flashbax buffer;
 above 1 means jaxrl is faster) compares ``fbx-item`` and ``fbx-flat`` with jaxrl's uniform
-buffer and the prioritized ones with jaxrl's prioritized buffer.
+buffer and the prioritized ones with jaxrl's prioritized buffer; on the ``bare-copy`` row
+it is the prioritized buffer's fraction of the ceiling.
 
 Method: each (buffer, observation kind, capacity) runs in a fresh subprocess (so memory
 is returned between cases, and a 1M image buffer is the only big one alive), with JAX's
@@ -73,9 +80,11 @@ BETA = 0.4
 EPS = 1e-6
 
 JAXRL_IMPLS = ("jaxrl", "jaxrl-per")
+BARE = "bare-copy"  # no buffer: the copying any sampler must do (see the module docstring)
 FBX_IMPLS = ("fbx-item", "fbx-flat", "fbx-per-item", "fbx-per-flat")
 PRIORITIZED = ("jaxrl-per", "fbx-per-item", "fbx-per-flat")
-COUNTERPART = {"fbx-item": "jaxrl", "fbx-flat": "jaxrl", "fbx-per-item": "jaxrl-per", "fbx-per-flat": "jaxrl-per"}
+COUNTERPART = {"fbx-item": "jaxrl", "fbx-flat": "jaxrl", "fbx-per-item": "jaxrl-per", "fbx-per-flat": "jaxrl-per",
+               BARE: "jaxrl-per"}
 OBS_KINDS = ("image", "vector")
 
 
@@ -154,6 +163,29 @@ def _jaxrl_ops(jax, impl, example, capacity):
     ops.sample = lambda state, key: prioritized.sample(state, key, SAMPLE_BATCH, BETA)
     ops.update = update
     ops.num_slots = num_slots
+    return ops
+
+
+def _bare_ops(jax, example, capacity):
+    import jax.numpy as jnp
+
+    from jaxrl.buffers import replay
+
+    num_slots = replay.num_rows_for(capacity, NUM_ENVS) * NUM_ENVS  # a multiple of NUM_ENVS
+    ops = Ops()
+    ops.init = lambda: (jax.tree.map(lambda x: jnp.zeros((num_slots,) + x.shape, x.dtype), example), jnp.int32(0))
+    ops.fill = lambda state: state
+
+    def add(state, items):
+        arrays, position = state
+        arrays = jax.tree.map(lambda a, x: jax.lax.dynamic_update_slice_in_dim(a, x, position, 0), arrays, items)
+        return arrays, (position + NUM_ENVS) % num_slots
+
+    def sample(state, key):
+        index = jax.random.randint(key, (SAMPLE_BATCH,), 0, num_slots)
+        return jax.tree.map(lambda a: a[index], state[0])
+
+    ops.add, ops.sample, ops.num_slots = add, sample, num_slots
     return ops
 
 
@@ -249,7 +281,10 @@ def measure(jax, impl, obs_kind, capacity, args_):
     import numpy as np
 
     example = _example(obs_kind)
-    ops = (_jaxrl_ops if impl.startswith("jaxrl") else _fbx_ops)(jax, impl, example, capacity)
+    if impl == BARE:
+        ops = _bare_ops(jax, example, capacity)
+    else:
+        ops = (_jaxrl_ops if impl.startswith("jaxrl") else _fbx_ops)(jax, impl, example, capacity)
     result = dict(num_slots=ops.num_slots)
     iterations = args_.iterations
 
@@ -306,7 +341,7 @@ def child_main(args):
     impl, obs_kind, capacity = args.one[0], args.one[1], int(args.one[2])
     measure_and_emit({"impl": impl, "obs": obs_kind, "capacity": capacity},
                      lambda jax: measure(jax, impl, obs_kind, capacity, args),
-                     jaxrl_settings=impl.startswith("jaxrl") or args.peer_with_jaxrl_settings,
+                     jaxrl_settings=not impl.startswith("fbx") or args.peer_with_jaxrl_settings,
                      packages=("flashbax",) if impl.startswith("fbx") else ())
 
 
@@ -388,8 +423,10 @@ def _notes(results, command, args, peer_note):
         "fbx-flat / fbx-per-flat samples are pairs of consecutive transitions (2 transitions read per item)",
         "jaxrl runs under the XLA settings jaxrl applies on import (jaxrl/_xla.py); flashbax under "
         + ("the same settings (--peer-with-jaxrl-settings)" if args.peer_with_jaxrl_settings else "JAX's defaults"),
-        "jaxrl/this: jaxrl's items/s over this buffer's (jaxrl uniform for fbx-item/flat, jaxrl-per for fbx-per-*); "
-        "> 1: jaxrl faster",
+        "jaxrl/this: jaxrl's items/s over this buffer's (jaxrl uniform for fbx-item/flat, jaxrl-per for fbx-per-* "
+        "and bare-copy); > 1: jaxrl faster",
+        f"{BARE}: no buffer, the ceiling: sample = 256 uniform random indices + a gather of those rows of every "
+        "leaf; add = 8 rows written at a rotating position (jaxrl's XLA settings)",
     ]
     if loads and max(loads) > (os.cpu_count() or 1):
         lines.append(f"WARNING: the load average exceeded the {os.cpu_count()} CPUs before some measurements: "
@@ -402,7 +439,7 @@ def _notes(results, command, args, peer_note):
 def parent_main(args):
     command = shlex.join(["python"] + sys.argv)
     peer_note = peer_missing("flashbax", args.no_peers)
-    impls = list(JAXRL_IMPLS) + ([] if peer_note else [i for i in FBX_IMPLS if i.split("-")[-1] in args.fbx_layouts])
+    impls = [*JAXRL_IMPLS, BARE] + ([] if peer_note else [i for i in FBX_IMPLS if i.split("-")[-1] in args.fbx_layouts])
 
     plan = [(impl, obs, cap) for cap in args.capacities for obs in args.obs for impl in impls]
     results = []
