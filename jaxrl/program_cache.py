@@ -18,7 +18,12 @@ and the current value of every JAX setting. Programs with host callbacks cannot 
 serialized and are traced every time, as are programs with inputs committed to a
 device, and everything while the persistent cache is off or remote. A damaged entry is
 ignored and written again. Entries are pickles: the directory must be as trusted as
-JAX's cache of executables beside it. Nothing is evicted; deleting the directory is safe.
+JAX's cache of executables beside it. Deleting the directory is safe.
+
+The directory honours ``jax_compilation_cache_max_size`` as JAX's cache does, on its own
+(JAX counts only its own files): at 0 nothing is cached, above 0 the least recently used
+entries are deleted after a save until the entries take at most that many bytes, and
+at -1 (JAX's default) nothing is evicted.
 """
 
 from __future__ import annotations
@@ -95,7 +100,8 @@ def _environment() -> bytes:
     """What besides the program itself a trace depends on. JAX's settings are read on
     every call, so one changed between two runs in a process gives another key."""
     # getattr sees thread-local values (``with jax.numpy_rank_promotion(...)``) too.
-    settings = sorted((name, repr(getattr(jax.config, name, value))) for name, value in jax.config.values.items())
+    settings = sorted((name, repr(getattr(jax.config, name, value))) for name, value in jax.config.values.items()
+                      if name != "jax_compilation_cache_max_size")  # bounds the caches, not the trace
     # The memory a replay buffer may take is checked while tracing (buffers.memory_limit).
     from jaxrl.buffers.replay import memory_limit
 
@@ -130,7 +136,8 @@ def prepare(jitted, args: tuple, static: tuple = (), *, identity: str | None = N
     function that compiles the program (it may run in another thread) and returns a
     callable taking ``*args``'s pytrees.
     """
-    root = directory() if identity is not None else None
+    max_bytes = jax.config.jax_compilation_cache_max_size
+    root = directory() if identity is not None and max_bytes != 0 else None
     leaves, in_tree = jax.tree.flatten(args)
     infos = [_abstract(leaf) for leaf in leaves]
     if root is None or any(info is None for info in infos) or " at 0x" in str(in_tree):  # not cached
@@ -141,10 +148,15 @@ def prepare(jitted, args: tuple, static: tuple = (), *, identity: str | None = N
     path = os.path.join(root, digest.hexdigest() + ".program")
 
     loaded, traced = _load(path), None
+    if loaded is not None and max_bytes > 0:
+        with contextlib.suppress(OSError):
+            os.utime(path)  # used: the last to be evicted
     if loaded is None:
         traced = jitted.trace(*args, *static)
         entry = _export(traced, jitted, in_tree, infos, static, identity)
         _save(path, entry)
+        if max_bytes > 0:
+            _evict(root, max_bytes, keep=path)
         # Compile what a later process will load, so that XLA's executable is cached for it.
         loaded = _load_entry(entry)
     if loaded is NOT_SERIALIZABLE:
@@ -211,6 +223,26 @@ def _load_entry(entry: dict):
     infos = [jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=weak)
              for aval, weak in zip(exported.out_avals, entry["out_weak"], strict=True)]
     return exported, jax.tree.unflatten(entry["out_tree"], infos)
+
+
+def _evict(root: str, max_bytes: int, keep: str) -> None:
+    """Delete the least recently used entries in ``root`` (by modification time, which a
+    load renews) until they take at most ``max_bytes``; never ``keep``, the new one."""
+    entries = []
+    with contextlib.suppress(OSError), os.scandir(root) as found:
+        for item in found:
+            with contextlib.suppress(OSError):  # another process may delete it meanwhile
+                if item.name.endswith(".program") and item.path != keep:
+                    stat = item.stat()
+                    entries.append((stat.st_mtime_ns, item.path, stat.st_size))
+    with contextlib.suppress(OSError):
+        total = os.path.getsize(keep) + sum(size for _, _, size in entries)
+        for _, path, size in sorted(entries):
+            if total <= max_bytes:
+                break
+            with contextlib.suppress(OSError):
+                os.remove(path)
+            total -= size
 
 
 def _save(path: str, entry: dict) -> None:

@@ -148,6 +148,34 @@ def test_prepare_keys_on_jax_settings_and_identity(cache):
     assert len(list(cache.iterdir())) == 4
 
 
+def test_the_directory_keeps_to_jax_compilation_cache_max_size(cache):
+    """As JAX's cache: at 0 nothing is kept; above 0 the least recently used entries are
+    deleted once the entries take more; a load counts as a use."""
+    previous = jax.config.jax_compilation_cache_max_size
+    try:
+        jax.config.update("jax_compilation_cache_max_size", 0)
+        np.testing.assert_array_equal(prepared(identity="a")[1]["y"], [0.0, 2.0, 4.0])
+        assert not list(cache.iterdir())
+        jax.config.update("jax_compilation_cache_max_size", -1)
+
+        def new_entry(identity):
+            before = set(cache.iterdir())
+            prepared(identity=identity)
+            (path,) = set(cache.iterdir()) - before
+            return path
+
+        a = new_entry("a")
+        jax.config.update("jax_compilation_cache_max_size", int(2.5 * a.stat().st_size))  # room for two
+        b = new_entry("b")
+        os.utime(a, ns=(0, 0))  # as if a were older than b
+        prepared(identity="a")  # a load: now a is the more recently used
+        assert a.stat().st_mtime_ns > b.stat().st_mtime_ns
+        c = new_entry("c")
+        assert set(cache.iterdir()) == {a, c}  # b, the least recently used, went
+    finally:
+        jax.config.update("jax_compilation_cache_max_size", previous)
+
+
 def test_loaded_outputs_keep_weak_types(cache):
     args = ({"a": np.arange(3, dtype=np.float32), "count": jax.numpy.asarray(0)},)  # count: weak int32
     traced_info = jax.jit(double, static_argnums=1).trace(*args, 2).out_info
