@@ -176,8 +176,14 @@ def test_learns_cartpole():
 @pytest.mark.slow
 def test_learns_pendulum():
     """Pendulum-v1, the Pendulum preset, 300k steps: final deterministic evaluation return
-    (mean of 10 episodes) >= -250 in at least 4 of 5 seeds."""
-    config = ppo.preset("Pendulum-v1", num_reports=0)
+    (mean of 50 episodes) >= -250 in at least 4 of 5 seeds.
+
+    50 episodes, not the default 10: Pendulum's returns depend much on the start state,
+    and with 10 the evaluation's own noise failed about one seed in eight. With 50, 96
+    of 100 seeds passed (keys 3 and 5: 40 seeds each, key 7: 20), so 4 of 5 holds for
+    about 98% of draws and a change that only reorders floating-point sums is unlikely
+    to fail this test."""
+    config = ppo.preset("Pendulum-v1", num_reports=0, eval_episodes=50)
     assert config.total_timesteps == 300_000
     keys = jax.random.split(jax.random.key(42), 5)
     out = jax.jit(jax.vmap(ppo.train, in_axes=(0, None)))(keys, config)

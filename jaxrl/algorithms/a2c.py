@@ -168,12 +168,13 @@ def update(state: State, trajectory: Trajectory, key: jax.Array, config: Config)
     behaviour policy's. Returns ``(state, metrics)``; ``key`` is unused (no minibatches)."""
     del key
     value_next = onpolicy.value(state.params, trajectory.next_obs, config)
-    grads, metrics = jax.grad(loss_fn, has_aux=True)(
-        state.params["network"], state.params["obs_stats"], trajectory, value_next, config
+    flat_params, unflatten = onpolicy.flat_network(state.params)
+    grads, metrics = jax.grad(lambda flat, *args: loss_fn(unflatten(flat), *args), has_aux=True)(
+        flat_params, state.params["obs_stats"], trajectory, value_next, config
     )
     optimizer = onpolicy.make_optimizer(config, updates_per_iteration=1)
-    updates, opt_state = optimizer.update(grads, state.opt_state, state.params["network"])
-    network = optax.apply_updates(state.params["network"], updates)
+    updates, opt_state = optimizer.update(grads, state.opt_state, flat_params)
+    network = unflatten(optax.apply_updates(flat_params, updates))
     metrics["learning_rate"] = onpolicy.current_learning_rate(opt_state)
     return state.replace(params={**state.params, "network": network}, opt_state=opt_state), metrics
 

@@ -139,13 +139,14 @@ def update(state: State, trajectory: Trajectory, key: jax.Array, config: Config)
     batch = jax.tree.map(lambda x: x.reshape((batch_size,) + x.shape[2:]), batch)
     optimizer = onpolicy.make_optimizer(config, config.num_epochs * config.num_minibatches)
     obs_stats = state.params["obs_stats"]
-    grad_fn = jax.grad(loss_fn, has_aux=True)
+    flat_params, unflatten = onpolicy.flat_network(state.params)
+    grad_fn = jax.grad(lambda flat, *args: loss_fn(unflatten(flat), *args), has_aux=True)
 
     def minibatch_step(carry, minibatch):
-        network_params, opt_state = carry
-        grads, metrics = grad_fn(network_params, obs_stats, minibatch, config)
-        updates, opt_state = optimizer.update(grads, opt_state, network_params)
-        return (optax.apply_updates(network_params, updates), opt_state), metrics
+        flat_params, opt_state = carry
+        grads, metrics = grad_fn(flat_params, obs_stats, minibatch, config)
+        updates, opt_state = optimizer.update(grads, opt_state, flat_params)
+        return (optax.apply_updates(flat_params, updates), opt_state), metrics
 
     def epoch(carry, epoch_key):
         # Shuffle by one permutation, then reshape into minibatches.
@@ -155,12 +156,12 @@ def update(state: State, trajectory: Trajectory, key: jax.Array, config: Config)
         )
         return jax.lax.scan(minibatch_step, carry, minibatches)
 
-    (network_params, opt_state), metrics = jax.lax.scan(
-        epoch, (state.params["network"], state.opt_state), jax.random.split(key, config.num_epochs)
+    (flat_params, opt_state), metrics = jax.lax.scan(
+        epoch, (flat_params, state.opt_state), jax.random.split(key, config.num_epochs)
     )
     metrics = jax.tree.map(jnp.mean, metrics)
     metrics["learning_rate"] = onpolicy.current_learning_rate(opt_state)
-    state = state.replace(params={**state.params, "network": network_params}, opt_state=opt_state)
+    state = state.replace(params={**state.params, "network": unflatten(flat_params)}, opt_state=opt_state)
     return state, metrics
 
 
