@@ -31,16 +31,18 @@ default backend:
   is ``set_priorities(state, indices, |td| + 1e-6)``, and the sample also computes the
   normalised importance weights from the returned probabilities (as jaxrl's does).
 
-``bare-copy`` is no buffer but a ceiling: the same arrays, flat over all slots; its
-``sample`` draws 256 uniform indices and gathers those rows of every leaf, its ``add``
-writes 8 rows at a rotating position. Any buffer that returns copies of the sampled
-transitions does at least this work, so where it is memory-bound (84x84-byte rows from
-a buffer far larger than the caches) no sampler can beat it by much.
+``bare-copy`` is no buffer: the same arrays, flat over all slots; its ``sample`` draws
+256 uniform indices and gathers those rows of every leaf, its ``add`` writes 8 rows at a
+rotating position. With image observations it is a ceiling: any buffer that returns
+copies of the sampled transitions moves at least these bytes, and 84x84-byte rows from
+a buffer far larger than the caches make that copy memory-bound. With 4-float
+observations it is no ceiling (the cost there is in the ops, not the bytes, and jaxrl's
+uniform buffer, which gathers from ``[rows, envs]`` arrays, can be faster).
 
 The jaxrl/flashbax ratio (throughput of jaxrl over throughput of that flashbax buffer;
 above 1 means jaxrl is faster) compares ``fbx-item`` and ``fbx-flat`` with jaxrl's uniform
 buffer and the prioritized ones with jaxrl's prioritized buffer; on the ``bare-copy`` row
-it is the prioritized buffer's fraction of the ceiling.
+it is jaxrl's prioritized buffer's fraction of the bare copy.
 
 Method: each (buffer, observation kind, capacity) runs in a fresh subprocess (so memory
 is returned between cases, and a 1M image buffer is the only big one alive), with JAX's
@@ -425,8 +427,9 @@ def _notes(results, command, args, peer_note):
         + ("the same settings (--peer-with-jaxrl-settings)" if args.peer_with_jaxrl_settings else "JAX's defaults"),
         "jaxrl/this: jaxrl's items/s over this buffer's (jaxrl uniform for fbx-item/flat, jaxrl-per for fbx-per-* "
         "and bare-copy); > 1: jaxrl faster",
-        f"{BARE}: no buffer, the ceiling: sample = 256 uniform random indices + a gather of those rows of every "
-        "leaf; add = 8 rows written at a rotating position (jaxrl's XLA settings)",
+        f"{BARE}: no buffer: sample = 256 uniform random indices + a gather of those rows of every leaf; add = 8 "
+        "rows written at a rotating position (jaxrl's XLA settings); a ceiling for image observations (the copy is "
+        "memory-bound), not for vector ones",
     ]
     if loads and max(loads) > (os.cpu_count() or 1):
         lines.append(f"WARNING: the load average exceeded the {os.cpu_count()} CPUs before some measurements: "

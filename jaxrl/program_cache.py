@@ -14,16 +14,18 @@ caller's ``identity`` of the program (for the runner: the algorithm and every fi
 its config), the static arguments, the inputs' tree structure, shapes, dtypes and weak
 types, jaxrl's source as imported (a hash of every module, taken by ``import jaxrl``),
 the versions of jaxrl and of the packages traced through, Python's version, the backend
-and the current value of every JAX setting. Programs with host callbacks cannot be
-serialized and are traced every time, as are programs with inputs committed to a
-device, and everything while the persistent cache is off or remote. A damaged entry is
+and the current value of every JAX setting but ``jax_compilation_cache_max_size``.
+Programs with host callbacks cannot be serialized and are traced every time, as are
+programs with inputs committed to a device, and everything while the persistent cache
+is off or remote. A damaged entry is
 ignored and written again. Entries are pickles: the directory must be as trusted as
 JAX's cache of executables beside it. Deleting the directory is safe.
 
-The directory honours ``jax_compilation_cache_max_size`` as JAX's cache does, on its own
-(JAX counts only its own files): at 0 nothing is cached, above 0 the least recently used
-entries are deleted after a save until the entries take at most that many bytes, and
-at -1 (JAX's default) nothing is evicted.
+The directory keeps to ``jax_compilation_cache_max_size`` on its own (JAX's cache counts
+only its own files, so the two together may take twice the limit): at 0 nothing is saved
+or loaded, above 0 the least recently used entries are deleted after a save until the
+entries take at most that many bytes (an entry larger than that is not kept), and at -1
+(JAX's default) nothing is evicted.
 """
 
 from __future__ import annotations
@@ -227,7 +229,17 @@ def _load_entry(entry: dict):
 
 def _evict(root: str, max_bytes: int, keep: str) -> None:
     """Delete the least recently used entries in ``root`` (by modification time, which a
-    load renews) until they take at most ``max_bytes``; never ``keep``, the new one."""
+    load renews) until they take at most ``max_bytes``, ``keep`` (the entry just saved)
+    last. Without a lock, processes saving at once may delete more than needed, which
+    only costs them a trace."""
+    try:
+        keep_size = os.path.getsize(keep)
+    except OSError:  # the save failed (a full disk?): make room all the same
+        keep_size = 0
+    if keep_size > max_bytes:  # larger than the limit on its own: not kept, as in JAX's cache
+        with contextlib.suppress(OSError):
+            os.remove(keep)
+        keep_size = 0
     entries = []
     with contextlib.suppress(OSError), os.scandir(root) as found:
         for item in found:
@@ -235,14 +247,13 @@ def _evict(root: str, max_bytes: int, keep: str) -> None:
                 if item.name.endswith(".program") and item.path != keep:
                     stat = item.stat()
                     entries.append((stat.st_mtime_ns, item.path, stat.st_size))
-    with contextlib.suppress(OSError):
-        total = os.path.getsize(keep) + sum(size for _, _, size in entries)
-        for _, path, size in sorted(entries):
-            if total <= max_bytes:
-                break
-            with contextlib.suppress(OSError):
-                os.remove(path)
-            total -= size
+    total = keep_size + sum(size for _, _, size in entries)
+    for _, path, size in sorted(entries):
+        if total <= max_bytes:
+            break
+        with contextlib.suppress(OSError):
+            os.remove(path)
+        total -= size
 
 
 def _save(path: str, entry: dict) -> None:

@@ -149,8 +149,8 @@ def test_prepare_keys_on_jax_settings_and_identity(cache):
 
 
 def test_the_directory_keeps_to_jax_compilation_cache_max_size(cache):
-    """As JAX's cache: at 0 nothing is kept; above 0 the least recently used entries are
-    deleted once the entries take more; a load counts as a use."""
+    """At 0 nothing is kept; above 0 the least recently used entries are deleted once the
+    entries take more (a load counts as a use), and an entry larger than the limit goes."""
     previous = jax.config.jax_compilation_cache_max_size
     try:
         jax.config.update("jax_compilation_cache_max_size", 0)
@@ -172,6 +172,9 @@ def test_the_directory_keeps_to_jax_compilation_cache_max_size(cache):
         assert a.stat().st_mtime_ns > b.stat().st_mtime_ns
         c = new_entry("c")
         assert set(cache.iterdir()) == {a, c}  # b, the least recently used, went
+        jax.config.update("jax_compilation_cache_max_size", a.stat().st_size // 2)
+        np.testing.assert_array_equal(prepared(identity="d")[1]["y"], [0.0, 2.0, 4.0])
+        assert not list(cache.iterdir())  # d, larger than the limit, is not kept; a and c make room
     finally:
         jax.config.update("jax_compilation_cache_max_size", previous)
 
