@@ -139,7 +139,8 @@ def flat_network(params: dict) -> tuple[jax.Array, Callable]:
 
     The optimiser works on this vector, so that gradient clipping and Adam are a few
     fused ops per update instead of a few per parameter leaf (12 leaves for two 64x64
-    MLPs): on CPU, about 10% of a PPO iteration at PureJaxRL's CartPole settings."""
+    MLPs): on CPU, 10-12% off a PPO iteration at PureJaxRL's CartPole settings with one
+    seed, about 2% with 8 vmapped seeds."""
     return ravel_pytree(params["network"])
 
 
