@@ -17,9 +17,9 @@ the versions of jaxrl and of the packages traced through, Python's version, the 
 and the current value of every JAX setting but ``jax_compilation_cache_max_size``.
 Programs with host callbacks cannot be serialized and are traced every time, as are
 programs with inputs committed to a device, and everything while the persistent cache
-is off or remote. A damaged entry is
-ignored and written again. Entries are pickles: the directory must be as trusted as
-JAX's cache of executables beside it. Deleting the directory is safe.
+is off or remote. A damaged entry is ignored and written again. Entries are pickles:
+the directory must be as trusted as JAX's cache of executables beside it. Deleting the
+directory is safe.
 
 The directory keeps to ``jax_compilation_cache_max_size`` on its own (JAX's cache counts
 only its own files, so the two together may take twice the limit): at 0 nothing is saved

@@ -8,9 +8,10 @@ hyper-parameters, determinism, errors) on small configs; learning on CartPole.
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
-from jaxrl import sweep_axes
+from jaxrl import onpolicy, sweep_axes
 from jaxrl.algorithms import a2c, get, impala, reinforce
 from jaxrl.types import Trajectory
 
@@ -191,6 +192,34 @@ def test_vmap_over_seeds_and_hyperparameters_compiles_once(train_small):
         single = train_small(keys[i], SMALL.replace(learning_rate=lr, gae_lambda=lam, ent_coef=0.02))
         for x, y in zip(jax.tree.leaves(single.metrics), jax.tree.leaves(jax.tree.map(lambda x: x[i], out.metrics))):
             np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-5)
+
+
+def test_the_update_on_flat_parameters_equals_a_per_leaf_update():
+    """The optimiser steps on the network's parameters as one flat vector
+    (``onpolicy.flat_network``). Two updates written here with optax on the parameter
+    pytree give the same networks up to rounding (only the clip's sum of squares is
+    added in another order); the clip is active and Adam's moments carry over."""
+    config = SMALL.replace(max_grad_norm=1e-3)
+    state = a2c.init(jax.random.key(0), config)
+    state, trajectory = onpolicy.collect(state, state.params, jax.random.key(1), config)
+    update = jax.jit(lambda s: a2c.update(s, trajectory, jax.random.key(2), config)[0])
+    optimizer = onpolicy.make_optimizer(config, updates_per_iteration=1)
+    obs_stats = state.params["obs_stats"]
+
+    def grads(network):  # as a2c.update: bootstrap values from the current network, not differentiated
+        value_next = onpolicy.value({"network": network, "obs_stats": obs_stats}, trajectory.next_obs, config)
+        return jax.grad(lambda net: a2c.loss_fn(net, obs_stats, trajectory, value_next, config)[0])(network)
+
+    network, opt_state = state.params["network"], optimizer.init(state.params["network"])
+    assert optax.tree.norm(grads(network)) > 10 * config.max_grad_norm
+    for _ in range(2):
+        state = update(state)
+        updates, opt_state = optimizer.update(grads(network), opt_state, network)
+        network = optax.apply_updates(network, updates)
+        jax.tree.map(lambda ours, reference: np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-7),
+                     state.params["network"], network)
+    assert not np.allclose(jax.tree.leaves(network)[0], jax.tree.leaves(a2c.init(jax.random.key(0), config)
+                                                                          .params["network"])[0])
 
 
 def test_policy_lag_acts_with_the_params_of_k_updates_ago():

@@ -7,7 +7,6 @@ halves in fresh processes, as a user's job would."""
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import math
 import os
@@ -417,9 +416,9 @@ def test_resume_restores_the_replay_buffer_exactly(tmp_path):
     resume = dict(seeds=SEEDS, chunk_iterations=CHUNK, metrics_every=2, logdir=str(tmp_path / "resumed"),
                   loggers=("csv", "jsonl", "tensorboard"), checkpoint_every=1, resume=True)
     with pytest.raises(ValueError, match=r"is from a different run; config: saved .*'learning_rate': 0.0003"):
-        runner.run("dqn", dataclasses.replace(make_config("dqn"), learning_rate=3e-4), **resume)
+        runner.run("dqn", make_config("dqn").replace(learning_rate=3e-4), **resume)
     # num_reports only drives in-program progress reports, which the runner leaves out.
-    resumed = runner.run("dqn", dataclasses.replace(make_config("dqn"), num_reports=3), **resume)
+    resumed = runner.run("dqn", make_config("dqn").replace(num_reports=3), **resume)
     np.testing.assert_array_equal(resumed.iterations, straight.iterations)
     for key, values in straight.metrics.items():
         np.testing.assert_array_equal(resumed.metrics[key], values, err_msg=key)
