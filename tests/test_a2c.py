@@ -196,7 +196,7 @@ def test_vmap_over_seeds_and_hyperparameters_compiles_once(train_small):
 
 def test_the_update_on_flat_parameters_equals_a_per_leaf_update():
     """The optimiser steps on the network's parameters as one flat vector
-    (``onpolicy.flat_network``). Two updates written here with optax on the parameter
+    (``jaxrl.optim``). Two updates written here with optax on the parameter
     pytree give the same networks up to rounding (only the clip's sum of squares is
     added in another order); the clip is active and Adam's moments carry over."""
     config = SMALL.replace(max_grad_norm=1e-3)

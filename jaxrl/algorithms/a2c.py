@@ -33,10 +33,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import optax
 from flax import struct
 
-from jaxrl import envs, loop, onpolicy, returns, rollout
+from jaxrl import envs, loop, onpolicy, optim, returns, rollout
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_range, static
 from jaxrl.onpolicy import State, act, evaluate, make_env, make_network, policy_and_value
 from jaxrl.types import Trajectory, TrainOutput
@@ -168,13 +167,9 @@ def update(state: State, trajectory: Trajectory, key: jax.Array, config: Config)
     behaviour policy's. Returns ``(state, metrics)``; ``key`` is unused (no minibatches)."""
     del key
     value_next = onpolicy.value(state.params, trajectory.next_obs, config)
-    flat_params, unflatten = onpolicy.flat_network(state.params)
-    grads, metrics = jax.grad(lambda flat, *args: loss_fn(unflatten(flat), *args), has_aux=True)(
-        flat_params, state.params["obs_stats"], trajectory, value_next, config
-    )
     optimizer = onpolicy.make_optimizer(config, updates_per_iteration=1)
-    updates, opt_state = optimizer.update(grads, state.opt_state, flat_params)
-    network = unflatten(optax.apply_updates(flat_params, updates))
+    network, opt_state, _, metrics = optim.step(optimizer, loss_fn, state.params["network"], state.opt_state,
+                                                state.params["obs_stats"], trajectory, value_next, config)
     metrics["learning_rate"] = onpolicy.current_learning_rate(opt_state)
     return state.replace(params={**state.params, "network": network}, opt_state=opt_state), metrics
 

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import data, envs, evaluation, loop
+from jaxrl import data, envs, evaluation, loop, optim
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.distributions import Categorical, Normal
 from jaxrl.networks import Actor
@@ -121,7 +121,7 @@ def init(key: jax.Array, config: Config, dataset: data.Dataset) -> State:
         "network": make_network(config).init(key, jnp.zeros((1,) + spec.obs_shape, jnp.float32)),
         "obs_stats": envs.running_stats_update(envs.running_stats_init(spec.obs_shape), dataset.obs),
     }
-    return State(params=params, opt_state=make_optimizer(config).init(params["network"]),
+    return State(params=params, opt_state=optim.init(make_optimizer(config), params["network"]),
                  dataset=dataset, updates=jnp.zeros((), jnp.int32))
 
 
@@ -188,9 +188,8 @@ def update(state: State, batch: data.Dataset, key: jax.Array, config: Config):
     leaves; only ``obs`` and ``action`` are read). ``key`` is unused: the loss is
     deterministic. Returns ``(state, metrics)``."""
     del key
-    grads, metrics = jax.grad(loss_fn, has_aux=True)(state.params["network"], state.params["obs_stats"], batch, config)
-    updates, opt_state = make_optimizer(config).update(grads, state.opt_state, state.params["network"])
-    network_params = optax.apply_updates(state.params["network"], updates)
+    network_params, opt_state, _, metrics = optim.step(make_optimizer(config), loss_fn, state.params["network"],
+                                                       state.opt_state, state.params["obs_stats"], batch, config)
     state = state.replace(params={**state.params, "network": network_params}, opt_state=opt_state,
                           updates=state.updates + 1)
     return state, metrics

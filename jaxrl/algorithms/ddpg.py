@@ -26,7 +26,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from jaxrl import envs, evaluation, loop, offpolicy, rollout
+from jaxrl import envs, evaluation, loop, offpolicy, optim, rollout
 from jaxrl.config import freeze_mapping, require_int, require_network, require_range, static
 from jaxrl.networks import Actor, ContinuousQ, ensemble
 from jaxrl.types import TrainOutput
@@ -164,7 +164,7 @@ def init(key: jax.Array, config: Config) -> State:
         params={"actor": actor_params},
         critic_params=critic_params,
         target_params={"actor": actor_params, "critic": critic_params},
-        opt_state={"actor": optimizer.init(actor_params), "critic": optimizer.init(critic_params)},
+        opt_state={"actor": optim.init(optimizer, actor_params), "critic": optim.init(optimizer, critic_params)},
         buffer=offpolicy.init_buffer(obs, action, config),
         env_state=env_state,
         obs=obs,
@@ -228,14 +228,13 @@ def update(state: State, batch: dict, key: jax.Array, config: Config, update_act
     actor did not move."""
     optimizer = make_optimizer(config)
     target = critic_target(state.target_params, batch, key, config)
-    (loss, q_mean), grads = jax.value_and_grad(critic_loss, has_aux=True)(state.critic_params, target, batch, config)
-    updates, critic_opt = optimizer.update(grads, state.opt_state["critic"], state.critic_params)
-    critic_params = optax.apply_updates(state.critic_params, updates)
+    critic_params, critic_opt, loss, q_mean = optim.step(
+        optimizer, critic_loss, state.critic_params, state.opt_state["critic"], target, batch, config)
 
     def actor_step(actor_params, actor_opt, target_params):
-        value, grads = jax.value_and_grad(actor_loss)(actor_params, critic_params, batch["obs"], config)
-        updates, actor_opt = optimizer.update(grads, actor_opt, actor_params)
-        actor_params = optax.apply_updates(actor_params, updates)
+        actor_params, actor_opt, value, _ = optim.step(
+            optimizer, lambda *args: (actor_loss(*args), ()), actor_params, actor_opt, critic_params, batch["obs"],
+            config)
         online = {"actor": actor_params, "critic": critic_params}
         return actor_params, actor_opt, offpolicy.polyak(target_params, online, config.tau), value
 

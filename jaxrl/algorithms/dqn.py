@@ -26,7 +26,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from jaxrl import envs, evaluation, loop, offpolicy, returns, rollout
+from jaxrl import envs, evaluation, loop, offpolicy, optim, returns, rollout
 from jaxrl.buffers import prioritized
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.networks import QNetwork
@@ -199,7 +199,7 @@ def init(key: jax.Array, config: Config) -> State:
     return State(
         params={"network": network_params},
         target_params=network_params,
-        opt_state=make_optimizer(config).init(network_params),
+        opt_state=optim.init(make_optimizer(config), network_params),
         buffer=offpolicy.init_buffer(obs, jnp.zeros(config.num_envs, jnp.int32), config, config.prioritized),
         env_state=env_state,
         obs=obs,
@@ -332,11 +332,9 @@ def update(state: State, batch: dict, key: jax.Array, config: Config, noise: jax
     every ``target_update_period`` updates and, with prioritized replay, the new
     priorities of the sampled transitions. ``key`` and ``noise``: as in :func:`loss_fn`.
     Returns ``(state, metrics)``."""
-    grads, (metrics, priority_error) = jax.grad(loss_fn, has_aux=True)(
-        state.params["network"], state.target_params, batch, key, config, noise
-    )
-    updates, opt_state = make_optimizer(config).update(grads, state.opt_state, state.params["network"])
-    network_params = optax.apply_updates(state.params["network"], updates)
+    network_params, opt_state, _, (metrics, priority_error) = optim.step(
+        make_optimizer(config), loss_fn, state.params["network"], state.opt_state, state.target_params, batch, key,
+        config, noise)
     num_updates = state.updates + 1
     refresh = num_updates % config.target_update_period == 0
     target_params = offpolicy.polyak(state.target_params, network_params, jnp.where(refresh, config.tau, 0.0))

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import struct
+from jax.flatten_util import ravel_pytree
 
 from jaxrl import loop, onpolicy, returns, rollout
 from jaxrl.config import require_int, require_range, static
@@ -139,7 +140,9 @@ def update(state: State, trajectory: Trajectory, key: jax.Array, config: Config)
     batch = jax.tree.map(lambda x: x.reshape((batch_size,) + x.shape[2:]), batch)
     optimizer = onpolicy.make_optimizer(config, config.num_epochs * config.num_minibatches)
     obs_stats = state.params["obs_stats"]
-    flat_params, unflatten = onpolicy.flat_network(state.params)
+    # The optimiser's state is over the raveled network (jaxrl.optim); the minibatch
+    # loop carries that vector too and unravels it once per iteration.
+    flat_params, unflatten = ravel_pytree(state.params["network"])
     grad_fn = jax.grad(lambda flat, *args: loss_fn(unflatten(flat), *args), has_aux=True)
 
     def minibatch_step(carry, minibatch):

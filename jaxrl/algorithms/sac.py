@@ -22,7 +22,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from jaxrl import envs, evaluation, loop, offpolicy, rollout
+from jaxrl import envs, evaluation, loop, offpolicy, optim, rollout
 from jaxrl.algorithms.ddpg import require_box_actions
 from jaxrl.config import freeze_mapping, require_network, require_range, static
 from jaxrl.distributions import Categorical, TanhNormal
@@ -171,7 +171,7 @@ def init(key: jax.Array, config: Config) -> State:
         critic_params=critic_params,
         target_params={"critic": critic_params},
         log_alpha=log_alpha,
-        opt_state={"actor": optimizer.init(actor_params), "critic": optimizer.init(critic_params),
+        opt_state={"actor": optim.init(optimizer, actor_params), "critic": optim.init(optimizer, critic_params),
                    "alpha": optimizer.init(log_alpha)},
         buffer=offpolicy.init_buffer(obs, action, config),
         env_state=env_state,
@@ -264,14 +264,11 @@ def update(state: State, batch: dict, key: jax.Array, config: Config):
     optimizer = make_optimizer(config)
     alpha = jnp.exp(state.log_alpha)
     target = critic_target(state.params["actor"], state.target_params["critic"], alpha, batch, target_key, config)
-    (c_loss, q_mean), grads = jax.value_and_grad(critic_loss, has_aux=True)(state.critic_params, target, batch, config)
-    updates, critic_opt = optimizer.update(grads, state.opt_state["critic"], state.critic_params)
-    critic_params = optax.apply_updates(state.critic_params, updates)
-
-    (a_loss, entropy), grads = jax.value_and_grad(actor_loss, has_aux=True)(
-        state.params["actor"], critic_params, alpha, batch["obs"], actor_key, config)
-    updates, actor_opt = optimizer.update(grads, state.opt_state["actor"], state.params["actor"])
-    actor_params = optax.apply_updates(state.params["actor"], updates)
+    critic_params, critic_opt, c_loss, q_mean = optim.step(
+        optimizer, critic_loss, state.critic_params, state.opt_state["critic"], target, batch, config)
+    actor_params, actor_opt, a_loss, entropy = optim.step(
+        optimizer, actor_loss, state.params["actor"], state.opt_state["actor"], critic_params, alpha, batch["obs"],
+        actor_key, config)
 
     t_loss, grad = jax.value_and_grad(alpha_loss)(state.log_alpha, entropy, config)
     log_alpha, alpha_opt = state.log_alpha, state.opt_state["alpha"]
