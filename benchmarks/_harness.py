@@ -333,13 +333,13 @@ def derive_timing(results):
             r["steps_per_s"] = r["seeds"] * r["steps_per_seed"] / r["run_s"] if r["steps_per_seed"] else None
 
 
-def peer_ratios(results, same=("seeds",)):
-    """jaxrl / rejax ratio_steps and ratio_compile for each successful jaxrl result whose
-    rejax result (equal in the fields ``same``) succeeded too."""
+def peer_ratios(results, same=("seeds",), libraries=("jaxrl",)):
+    """X / rejax ratio_steps and ratio_compile for each successful result of a library in
+    ``libraries`` whose rejax result (equal in the fields ``same``) succeeded too."""
     by_key = {(r["library"], *(r[f] for f in same)): r for r in results}
     for r in results:
         peer = by_key.get(("rejax", *(r[f] for f in same)))
-        if r["library"] == "jaxrl" and peer and "error" not in peer and "error" not in r:
+        if r["library"] in libraries and peer and "error" not in peer and "error" not in r:
             r["ratio_steps"] = r["steps_per_s"] / peer["steps_per_s"]
             r["ratio_compile"] = r["total_compile_s"] / peer["total_compile_s"]
 

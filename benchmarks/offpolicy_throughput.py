@@ -18,7 +18,12 @@ JAX's persistent compilation cache off:
   when rejax had DDPG. rejax's TD3 cannot stand in for DDPG: with ``num_critics=1`` its
   critic update fails (it unpacks exactly two critics), and TD3 with ``policy_delay=1,
   target_noise=0`` still takes the minimum of two critics, which is not DDPG;
-* ``jaxrl X.Config()``: jaxrl's own defaults (different settings: for information, no ratio).
+* ``jaxrl X.Config()``: jaxrl's own defaults (different settings: for information, no ratio);
+* ``networks only``, SAC only: the forward and backward passes of SAC's networks for the
+  same number of updates at the same settings, and nothing else (``run_floor``). Every SAC
+  with these networks does this work, so unless XLA compiles these passes faster, no SAC
+  at these settings runs faster than this row; its ratio to rejax is how far ahead of
+  rejax that leaves room for.
 
 For each: compile time (``jax.jit(f).lower(...)`` plus ``.compile()``, tracing included);
 the run time of the compiled function until ``block_until_ready``, run ``--runs`` times
@@ -265,7 +270,8 @@ DIFFERENCES = {
 
 def _labels(algo):
     return {"jaxrl": "jaxrl (rejax cfg)" if algo != "ddpg" else "jaxrl (rejax's old DDPG cfg)",
-            "rejax": f"rejax {PEERS.get(algo, algo.upper())}", "jaxrl-default": f"jaxrl {algo}.Config()"}
+            "rejax": f"rejax {PEERS.get(algo, algo.upper())}", "jaxrl-default": f"jaxrl {algo}.Config()",
+            "floor": "networks only"}
 
 
 # ============================================================================ child
@@ -313,6 +319,66 @@ def run_jaxrl(jax, args, algo, seeds, kind):
         evals_done=int(np.isfinite(metrics["eval_return"][0]).sum()),
         evaluation=f"{args.evals} x {args.eval_episodes} ep., deterministic" if args.evals else "off",
         settings={k: repr(v) for k, v in settings.items()},
+    )
+
+
+def run_floor(jax, args, seeds):
+    """The ``floor`` row (SAC only): the arithmetic of SAC's networks alone, the same number
+    of updates as the ``jaxrl (rejax cfg)`` run, and nothing else. Each update runs the
+    policy at s' and the target critics (the TD target), the critics' forward and
+    backward pass at (s, a), and the policy and critics forward and backward to the
+    policy's parameters, on a fixed batch of 256 random transitions, followed by an SGD
+    step (so no update can be hoisted out of the loop). No env steps, replay, Adam,
+    temperature or evaluation. Any SAC with these networks at these settings does at
+    least this work per update, so, compiled by the same XLA, its steps/s is as fast as
+    SAC gets: the ratio column is how far above rejax that lies."""
+    import jax.numpy as jnp
+
+    from jaxrl.algorithms import sac
+
+    config = _jaxrl_config("sac", "jaxrl", args)
+    critic = sac.make_critic(config)
+    updates = (config.num_iterations - config.warmup_iterations) * config.num_updates
+
+    def critic_values(params, obs, unit_action):
+        return critic.apply(params, obs, unit_action)  # [2, B]
+
+    def one_seed(key):
+        state = sac.init(key, config)
+        obs_key, next_key, action_key, key = jax.random.split(key, 4)
+        shape = (config.batch_size,) + state.obs.shape[1:]
+        obs, next_obs = jax.random.normal(obs_key, shape), jax.random.normal(next_key, shape)
+        action_shape = (config.batch_size,) + sac.env_spec(config).action_shape  # unit actions, as the critics see
+        action = jax.random.uniform(action_key, action_shape, minval=-1.0, maxval=1.0)
+
+        def update(carry, key):
+            actor, critics = carry
+            target_key, actor_key = jax.random.split(key)
+            dist = sac.policy_distribution(actor, next_obs, config)
+            next_action, next_log_prob = dist.sample_and_log_prob(target_key)
+            target = jnp.min(critic_values(state.target_params["critic"], next_obs, next_action), axis=0) - next_log_prob
+            critic_grad = jax.grad(
+                lambda p: jnp.sum(jnp.mean(jnp.square(critic_values(p, obs, action) - target), axis=-1)))(critics)
+
+            def actor_objective(p):
+                new_action, log_prob = sac.policy_distribution(p, obs, config).sample_and_log_prob(actor_key)
+                return jnp.mean(log_prob - jnp.min(critic_values(critics, obs, new_action), axis=0))
+
+            actor_grad = jax.grad(actor_objective)(actor)
+            sgd = lambda params, grads: jax.tree.map(lambda p, g: p - 1e-6 * g, params, grads)  # noqa: E731
+            return (sgd(actor, actor_grad), sgd(critics, critic_grad)), None
+
+        carry = (state.params["actor"], state.critic_params)
+        return jax.lax.scan(update, carry, jax.random.split(key, updates))[0]
+
+    keys = jax.random.split(jax.random.key(args.seed), seeds)
+    lower_s, compile_s, run_times, _, other_cpu = time_compiled(jax, jax.vmap(one_seed), (keys,), args.runs)
+    return dict(
+        lower_s=lower_s, compile_s=compile_s, run_times=run_times, other_cpu=other_cpu,
+        steps_per_seed=config.total_timesteps, updates_per_seed=updates, iterations=updates,
+        final_eval_return=float("nan"), final_train_return=float("nan"), evals_done=0, evaluation="none",
+        settings={"updates": repr(updates), "batch_size": repr(config.batch_size),
+                  "hidden_sizes": repr(config.hidden_sizes), "activation": repr(config.activation)},
     )
 
 
@@ -409,6 +475,8 @@ def child_main(args):
     algo, kind, seeds = args.one[0], args.one[1], int(args.one[2])
 
     def measure(jax):
+        if kind == "floor":
+            return run_floor(jax, args, seeds)
         return run_rejax(jax, args, algo, seeds) if kind == "rejax" else run_jaxrl(jax, args, algo, seeds, kind)
 
     # jaxrl applies its XLA settings on import (jaxrl/_xla.py); the peer runs as its own users
@@ -497,6 +565,7 @@ def parent_main(args):
     for algo in args.algos:
         for seeds in args.seeds:
             plan += [(algo, "jaxrl", seeds)] + ([(algo, "rejax", seeds)] if with_rejax and algo in PEERS else [])
+            plan += [(algo, "floor", seeds)] if algo == "sac" and not args.no_floor else []
         if not args.no_default:
             plan += [(algo, "jaxrl-default", seeds) for seeds in args.seeds]
 
@@ -513,7 +582,7 @@ def parent_main(args):
         print(f"    {status} (wall {time.perf_counter() - start:.0f}s, load {os.getloadavg()[0]:.2f})",
               file=sys.stderr, flush=True)
     derive_timing(results)
-    peer_ratios(results, same=("algo", "seeds"))
+    peer_ratios(results, same=("algo", "seeds"), libraries=("jaxrl", "floor"))
     rows = _rows(results)
 
     title = (f"{', '.join(a.upper() for a in args.algos)} on {ENV_ID} at rejax's Pendulum configurations, "
@@ -568,6 +637,7 @@ def main(argv=None):
     parser.add_argument("--total-timesteps", type=int, default=None,
                         help="env steps per seed (default: 20,000; --quick: 5,000)")
     parser.add_argument("--no-default", action="store_true", help="skip the jaxrl X.Config() rows")
+    parser.add_argument("--no-floor", action="store_true", help="skip the SAC networks-only rows")
     parser.add_argument("--quick", action="store_true", help="smoke test: 5,000 steps, 1 run per measurement")
     parser.add_argument("--evals", type=int, default=10,
                         help="evaluations per run on both sides, 0 = off (default: %(default)s)")
