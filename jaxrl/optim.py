@@ -5,7 +5,10 @@ An optax optimiser applied to a parameter pytree runs a few small kernels per le
 CPU each kernel has a fixed cost that dwarfs the arithmetic of a small network's leaf.
 On the parameters raveled into one vector (``jax.flatten_util.ravel_pytree``) the same
 arithmetic is a few fused kernels per step, whatever the number of leaves. The
-optimiser state is then over that vector: ``mu`` / ``nu`` are ``[P]``.
+optimiser state is then over that vector: ``mu`` / ``nu`` are ``[P]``. Measured on a
+2-core CPU: 10-12% off a PPO iteration at PureJaxRL's CartPole settings (1 seed; PPO
+also carries the vector through its minibatch loop), 8-12% off a SAC step at rejax's
+Pendulum settings (366 -> 320 kernels per update).
 
     opt_state = optim.init(optimizer, params)
     params, opt_state, loss, aux = optim.step(optimizer, loss_fn, params, opt_state, batch)
