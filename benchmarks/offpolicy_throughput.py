@@ -337,11 +337,8 @@ def run_floor(jax, args, seeds):
     from jaxrl.algorithms import sac
 
     config = _jaxrl_config("sac", "jaxrl", args)
-    critic = sac.make_critic(config)
+    critic = sac.make_critic(config)  # twin critics: (obs, unit action) -> [2, B]
     updates = (config.num_iterations - config.warmup_iterations) * config.num_updates
-
-    def critic_values(params, obs, unit_action):
-        return critic.apply(params, obs, unit_action)  # [2, B]
 
     def one_seed(key):
         state = sac.init(key, config)
@@ -356,13 +353,13 @@ def run_floor(jax, args, seeds):
             target_key, actor_key = jax.random.split(key)
             dist = sac.policy_distribution(actor, next_obs, config)
             next_action, next_log_prob = dist.sample_and_log_prob(target_key)
-            target = jnp.min(critic_values(state.target_params["critic"], next_obs, next_action), axis=0) - next_log_prob
+            target = jnp.min(critic.apply(state.target_params["critic"], next_obs, next_action), axis=0) - next_log_prob
             critic_grad = jax.grad(
-                lambda p: jnp.sum(jnp.mean(jnp.square(critic_values(p, obs, action) - target), axis=-1)))(critics)
+                lambda p: jnp.sum(jnp.mean(jnp.square(critic.apply(p, obs, action) - target), axis=-1)))(critics)
 
             def actor_objective(p):
                 new_action, log_prob = sac.policy_distribution(p, obs, config).sample_and_log_prob(actor_key)
-                return jnp.mean(log_prob - jnp.min(critic_values(critics, obs, new_action), axis=0))
+                return jnp.mean(log_prob - jnp.min(critic.apply(critics, obs, new_action), axis=0))
 
             actor_grad = jax.grad(actor_objective)(actor)
             sgd = lambda params, grads: jax.tree.map(lambda p, g: p - 1e-6 * g, params, grads)  # noqa: E731
