@@ -12,6 +12,9 @@ Pendulum settings (366 -> 320 kernels per update).
 
     opt_state = optim.init(optimizer, params)
     params, opt_state, loss, aux = optim.step(optimizer, loss_fn, params, opt_state, batch)
+
+A loop of many steps (PPO's minibatches) can carry the vector itself and unravel once
+at the end: ``flat, unflatten = ravel_pytree(params)``, then :func:`step_flat`.
 """
 
 from __future__ import annotations
@@ -33,7 +36,15 @@ def step(optimizer: optax.GradientTransformation, loss_fn: Callable, params, opt
     -> (loss, aux)``. Returns ``(params, opt_state, loss, aux)``; ``params`` keep their
     pytree structure."""
     flat, unflatten = ravel_pytree(params)
+    flat, opt_state, loss, aux = step_flat(optimizer, loss_fn, flat, unflatten, opt_state, *args)
+    return unflatten(flat), opt_state, loss, aux
+
+
+def step_flat(optimizer: optax.GradientTransformation, loss_fn: Callable, flat: jax.Array, unflatten: Callable,
+              opt_state, *args):
+    """:func:`step` on raveled parameters ``flat [P]`` (``unflatten`` turns them back into
+    the pytree ``loss_fn`` takes). Returns ``(flat, opt_state, loss, aux)``."""
     (loss, aux), grads = jax.value_and_grad(lambda flat, *args: loss_fn(unflatten(flat), *args), has_aux=True)(
         flat, *args)
     updates, opt_state = optimizer.update(grads, opt_state, flat)
-    return unflatten(optax.apply_updates(flat, updates)), opt_state, loss, aux
+    return optax.apply_updates(flat, updates), opt_state, loss, aux

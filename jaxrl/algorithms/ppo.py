@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import optax
 from flax import struct
 from jax.flatten_util import ravel_pytree
 
-from jaxrl import loop, onpolicy, returns, rollout
+from jaxrl import loop, onpolicy, optim, returns, rollout
 from jaxrl.config import require_int, require_range, static
 from jaxrl.onpolicy import State, act, evaluate, make_env, make_network, policy_and_value
 from jaxrl.types import Trajectory, TrainOutput
@@ -140,16 +139,14 @@ def update(state: State, trajectory: Trajectory, key: jax.Array, config: Config)
     batch = jax.tree.map(lambda x: x.reshape((batch_size,) + x.shape[2:]), batch)
     optimizer = onpolicy.make_optimizer(config, config.num_epochs * config.num_minibatches)
     obs_stats = state.params["obs_stats"]
-    # The optimiser's state is over the raveled network (jaxrl.optim); the minibatch
-    # loop carries that vector too and unravels it once per iteration.
+    # The minibatch loop carries the raveled network (jaxrl.optim) and unravels it once.
     flat_params, unflatten = ravel_pytree(state.params["network"])
-    grad_fn = jax.grad(lambda flat, *args: loss_fn(unflatten(flat), *args), has_aux=True)
 
     def minibatch_step(carry, minibatch):
         flat_params, opt_state = carry
-        grads, metrics = grad_fn(flat_params, obs_stats, minibatch, config)
-        updates, opt_state = optimizer.update(grads, opt_state, flat_params)
-        return (optax.apply_updates(flat_params, updates), opt_state), metrics
+        flat_params, opt_state, _, metrics = optim.step_flat(optimizer, loss_fn, flat_params, unflatten, opt_state,
+                                                             obs_stats, minibatch, config)
+        return (flat_params, opt_state), metrics
 
     def epoch(carry, epoch_key):
         # Shuffle by one permutation, then reshape into minibatches.
