@@ -216,6 +216,28 @@ def collect(state: State, params: dict, key: jax.Array, config, fresh_start: boo
     return state, trajectory
 
 
+def shuffled_minibatches(key: jax.Array, batch, num_minibatches: int):
+    """Rows of ``batch`` (a pytree of ``[B, ...]`` arrays) in one random order, split into
+    ``num_minibatches`` minibatches: leaves ``[num_minibatches, B // num_minibatches, ...]``.
+
+    The order sorts one uint32 per row: random high bits with the row index in the low
+    ``ceil(log2 B)`` bits. XLA:CPU sorts one integer array far faster than the key-value
+    sort of ``jax.random.permutation`` (5x at B = 512, 11x at B = 4096). Rows whose random
+    bits tie end up next to each other in index order; with at least 16 random bits
+    (B <= 65,536) that barely changes which rows share a minibatch. Larger batches use
+    ``jax.random.permutation``.
+    """
+    batch_size = jax.tree.leaves(batch)[0].shape[0]
+    index_bits = max(1, (batch_size - 1).bit_length())
+    if index_bits > 16:
+        order = jax.random.permutation(key, batch_size)
+    else:
+        random_bits = jax.random.bits(key, (batch_size,), jnp.uint32) >> index_bits << index_bits
+        packed = random_bits | jnp.arange(batch_size, dtype=jnp.uint32)
+        order = (jnp.sort(packed) & ((1 << index_bits) - 1)).astype(jnp.int32)
+    return jax.tree.map(lambda x: x[order].reshape((num_minibatches, -1) + x.shape[1:]), batch)
+
+
 def update_obs_stats(state: State, trajectory: Trajectory, config) -> State:
     """Fold the trajectory's observations into the running statistics (if enabled).
 

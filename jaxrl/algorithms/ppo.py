@@ -149,11 +149,7 @@ def update(state: State, trajectory: Trajectory, key: jax.Array, config: Config)
         return (flat_params, opt_state), metrics
 
     def epoch(carry, epoch_key):
-        # Shuffle by one permutation, then reshape into minibatches.
-        permutation = jax.random.permutation(epoch_key, batch_size)
-        minibatches = jax.tree.map(
-            lambda x: x[permutation].reshape((config.num_minibatches, -1) + x.shape[1:]), batch
-        )
+        minibatches = onpolicy.shuffled_minibatches(epoch_key, batch, config.num_minibatches)
         return jax.lax.scan(minibatch_step, carry, minibatches)
 
     (flat_params, opt_state), metrics = jax.lax.scan(
