@@ -22,6 +22,37 @@ def orthogonal(scale: float = np.sqrt(2.0)):
     return nn.initializers.orthogonal(scale)
 
 
+@jax.custom_jvp
+def dense_matmul(x: jax.Array, kernel: jax.Array) -> jax.Array:
+    """``x [..., in] @ kernel [in, out]`` -> ``[..., out]``: the product of jaxrl's dense
+    layers, with a derivative rule that makes its reverse mode faster on CPU."""
+    return x @ kernel
+
+
+@dense_matmul.defjvp
+def _dense_matmul_jvp(primals, tangents):
+    # Reverse mode transposes this tangent. Written plainly (x @ kernel_dot), the kernel's
+    # gradient becomes one dot contracting the batch axis, the leading axis of both x
+    # and g, which XLA:CPU runs off its fast path. Written as (kernel_dot^T x^T)^T with
+    # the outer transpose behind a barrier, it transposes to g^T materialised, then a
+    # plain [out, B] @ [B, in] product. Forward mode still works; PPO's update at
+    # PureJaxRL's settings ran 5-8% faster.
+    x, kernel = primals
+    x_dot, kernel_dot = tangents
+    rows = x.reshape(-1, x.shape[-1])
+    kernel_term = jax.lax.optimization_barrier(jnp.einsum("io,bi->ob", kernel_dot, rows)).T
+    return x @ kernel, x_dot @ kernel + kernel_term.reshape(x.shape[:-1] + kernel.shape[-1:])
+
+
+def _dense_dot_general(x, kernel, dimension_numbers, precision=None, preferred_element_type=None):
+    return dense_matmul(x, kernel)  # nn.Dense contracts x's last axis with the kernel's first
+
+
+def Dense(features: int, **kwargs) -> nn.Dense:
+    """flax ``nn.Dense`` computing :func:`dense_matmul` (same parameters, same names)."""
+    return nn.Dense(features, dot_general=_dense_dot_general, **kwargs)
+
+
 class MLP(nn.Module):
     """Dense layers ``hidden_sizes`` with ``activation``; input ``[..., D]`` (trailing
     observation dims are flattened), output ``[..., hidden_sizes[-1]]``."""
@@ -35,7 +66,7 @@ class MLP(nn.Module):
         x = x.reshape(x.shape[: x.ndim - self.obs_ndim] + (-1,)).astype(jnp.float32)
         act = activation_fn(self.activation)
         for size in self.hidden_sizes:
-            x = act(nn.Dense(size, kernel_init=orthogonal(), bias_init=nn.initializers.zeros)(x))
+            x = act(Dense(size, kernel_init=orthogonal(), bias_init=nn.initializers.zeros)(x))
         return x
 
 
@@ -86,8 +117,8 @@ class ActorCritic(nn.Module):
     def setup(self):
         self.actor_torso = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)
         self.critic_torso = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)
-        self.policy_head = nn.Dense(self.action_dim, kernel_init=orthogonal(0.01))
-        self.value_head = nn.Dense(1, kernel_init=orthogonal(1.0))
+        self.policy_head = Dense(self.action_dim, kernel_init=orthogonal(0.01))
+        self.value_head = Dense(1, kernel_init=orthogonal(1.0))
         if not self.discrete:
             self.log_std = self.param("log_std", nn.initializers.constant(self.log_std_init), (self.action_dim,))
 
@@ -195,7 +226,7 @@ class QNetwork(nn.Module):
             name, features = heads[index]
             if self.noisy:
                 return NoisyDense(features, self.noisy_sigma, name=name)(x, deterministic, noise_slices[index])
-            return nn.Dense(features, kernel_init=orthogonal(1.0), name=name)(x)
+            return Dense(features, kernel_init=orthogonal(1.0), name=name)(x)
 
         shape = x.shape[:-1] + (self.num_actions, self.num_atoms)
         out = head(0).reshape(shape)
@@ -225,7 +256,7 @@ class ContinuousQ(nn.Module):
     def __call__(self, obs, action):
         obs = obs.reshape(obs.shape[: obs.ndim - self.obs_ndim] + (-1,)).astype(jnp.float32)
         x = MLP(self.hidden_sizes, self.activation)(jnp.concatenate([obs, action.astype(jnp.float32)], axis=-1))
-        return nn.Dense(1, kernel_init=orthogonal(1.0))(x)[..., 0]
+        return Dense(1, kernel_init=orthogonal(1.0))(x)[..., 0]
 
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
@@ -250,11 +281,11 @@ class Actor(nn.Module):
     @nn.compact
     def __call__(self, obs):
         x = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)(obs)
-        out = nn.Dense(self.action_dim, kernel_init=orthogonal(0.01))(x)
+        out = Dense(self.action_dim, kernel_init=orthogonal(0.01))(x)
         if self.kind == "deterministic":
             return jnp.tanh(out)
         if self.kind == "categorical":
             return out
-        raw_log_std = nn.Dense(self.action_dim, kernel_init=orthogonal(0.01))(x)
+        raw_log_std = Dense(self.action_dim, kernel_init=orthogonal(0.01))(x)
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (jnp.tanh(raw_log_std) + 1.0)
         return out, log_std
