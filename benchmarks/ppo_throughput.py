@@ -26,6 +26,15 @@ so by default its optimiser is replaced by PureJaxRL's (global-norm clip, Adam e
 1e-5, learning rate annealed linearly to 0 per minibatch update, as jaxrl does);
 ``--rejax-stock-optimizer`` keeps rejax's own. See ``NOTES`` for what else differs.
 
+The ``env + networks`` rows (``--no-floor`` skips them) time the work every PPO at these
+settings does and nothing else (``run_floor``): per iteration the 128 steps of the 4
+envs, each after the policy and value forwards on the observations it acts on, the
+bootstrap values of the 512 next observations, and the 16 minibatch forward and
+backward passes of both networks, each with an SGD step. No sampling, loss arithmetic,
+GAE, shuffling, Adam, episode statistics or evaluation. Unless XLA compiles these
+passes faster, no PPO at these settings runs faster than this row: its ratio to rejax
+is how far ahead of rejax that leaves room for.
+
 A measurement that fails, times out (``--timeout``) or hangs (its process uses no CPU for
 ``--stall-timeout`` seconds; it is then killed) is reported in the table, with the phase
 it was in, instead of stopping the benchmark.
@@ -106,6 +115,77 @@ def run_jaxrl(jax, args, seeds):
         settings={k: repr(v) for k, v in settings.items()},
         defaults_match_purejaxrl=not mismatched,
         defaults_mismatch={k: repr(v) for k, v in mismatched.items()},
+    )
+
+
+def run_floor(jax, args, seeds):
+    """The ``floor`` row: the env steps and network passes of the run, nothing else.
+
+    Each iteration steps the ``num_envs`` envs ``num_steps`` times, each time acting on
+    the argmax of the actor's logits (the critic's value added at 1e-3, so that its
+    forward cannot be dropped), then runs the critic on ``num_envs * num_steps`` next
+    observations, and ``num_epochs * num_minibatches`` forward and backward passes of
+    both networks on minibatches of fixed random observations, each followed by an SGD
+    step (so nothing can be hoisted out of the loop)."""
+    import jax.numpy as jnp
+
+    from jaxrl import envs, rollout
+    from jaxrl.algorithms import ppo
+    from jaxrl.networks import ActorCritic
+
+    fields = dict(PUREJAXRL, total_timesteps=args.total_timesteps)
+    config = ppo.Config(env_id=ENV_ID, num_reports=0, num_evals=0, **fields)
+    network = ppo.make_network(config)
+    batch_size = config.num_envs * config.num_steps
+    num_updates = config.num_epochs * config.num_minibatches
+    obs_dim = envs.config_spec(config).obs_shape[0]
+    env, env_params = envs.make(ENV_ID)
+    step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+
+    def one_seed(key):
+        params = ppo.init(key, config).params["network"]
+        env_key, batch_key, key = jax.random.split(jax.random.fold_in(key, 1), 3)
+        batch = jax.random.normal(batch_key, (num_updates, batch_size // config.num_minibatches, obs_dim))
+
+        def loss(params, obs):
+            logits, value = network.apply(params, obs)
+            return jnp.mean(jnp.square(logits)) + jnp.mean(jnp.square(value))
+
+        def minibatch(params, obs):
+            grads = jax.grad(loss)(params, obs)
+            return jax.tree.map(lambda p, g: p - 1e-6 * g, params, grads), None
+
+        def iteration(carry, key):
+            params, env_state, obs = carry
+
+            def act(carry, step_keys):
+                env_state, obs = carry
+                logits, value = network.apply(params, obs)
+                action = jnp.argmax(logits + 1e-3 * value[:, None], axis=-1)
+                obs, env_state, *_ = step(step_keys, env_state, action, env_params)
+                return (env_state, obs), None
+
+            keys = jax.random.split(key, (config.num_steps, config.num_envs))
+            env_state, obs = jax.lax.scan(act, (env_state, obs), keys)[0]
+            next_obs = batch[: config.num_minibatches].reshape(batch_size, obs_dim) + jnp.mean(obs)
+            bootstrap = network.apply(params, next_obs, method=ActorCritic.value)
+            params = jax.tree.map(lambda p: p + 1e-9 * jnp.mean(bootstrap), params)
+            return (jax.lax.scan(minibatch, params, batch)[0], env_state, obs), None
+
+        obs, env_state = rollout.reset(env, env_params, env_key, config.num_envs)
+        keys = jax.random.split(key, config.num_iterations)
+        return jax.lax.scan(iteration, (params, env_state, obs), keys)[0][0]
+
+    keys = jax.random.split(jax.random.key(args.seed), seeds)
+    lower_s, compile_s, run_times, _, _ = time_compiled(jax, jax.vmap(one_seed), (keys,), args.runs)
+    return dict(
+        lower_s=lower_s, compile_s=compile_s, run_times=run_times,
+        steps_per_seed=config.num_iterations * batch_size, iterations=config.num_iterations,
+        final_eval_return=float("nan"), final_train_return=float("nan"), evals_done=0, evaluation="none",
+        settings={"iterations": repr(config.num_iterations),
+                  "rollout": f"{config.num_steps} steps x {config.num_envs} envs, obs [{config.num_envs}, {obs_dim}]",
+                  "minibatch passes": f"{num_updates} x [{batch_size // config.num_minibatches}, {obs_dim}]",
+                  "hidden_sizes": repr(config.hidden_sizes), "activation": repr(config.activation)},
     )
 
 
@@ -224,12 +304,12 @@ def child_main(args):
     library, seeds = args.one[0], int(args.one[1])
 
     def measure(jax):
-        return {"jaxrl": run_jaxrl, "rejax": run_rejax}[library](jax, args, seeds)
+        return {"jaxrl": run_jaxrl, "rejax": run_rejax, "floor": run_floor}[library](jax, args, seeds)
 
     # jaxrl applies its XLA settings on import (jaxrl/_xla.py); a peer runs as its own users
     # run it unless asked to run under the same process settings.
     measure_and_emit({"library": library, "seeds": seeds}, measure,
-                     jaxrl_settings=library == "jaxrl" or args.peer_with_jaxrl_settings,
+                     jaxrl_settings=library != "rejax" or args.peer_with_jaxrl_settings,
                      packages=("gymnax", "rejax") if library == "rejax" else ("gymnax",))
 
 
@@ -242,19 +322,20 @@ def _measure(args, library, seeds):
                              "rejax_stock_optimizer", "peer_with_jaxrl_settings"))
 
 
-HEADERS = ["library", "seeds", "steps/seed", "compile s", "run s (fastest)", "all runs s", "steps/s",
-           "final eval return", "last train ep. return", "evaluation", "jaxrl/rejax steps/s", "jaxrl/rejax compile"]
+HEADERS = ["run", "seeds", "steps/seed", "compile s", "run s (fastest)", "all runs s", "steps/s",
+           "final eval return", "last train ep. return", "evaluation", "/ rejax steps/s", "/ rejax compile"]
+LABELS = {"jaxrl": "jaxrl", "rejax": "rejax", "floor": "env + networks"}
 
 
 def _rows(results):
     rows = []
     for r in results:
         if "error" in r:
-            rows.append([r["library"], str(r["seeds"]), "-", "-", "-", "-", "-", "-", "-", "-",
+            rows.append([LABELS[r["library"]], str(r["seeds"]), "-", "-", "-", "-", "-", "-", "-", "-",
                          "-", "-", ])
             continue
         rows.append([
-            r["library"], str(r["seeds"]), f"{r['steps_per_seed']:,}", fmt(r["total_compile_s"], ".1f"),
+            LABELS[r["library"]], str(r["seeds"]), f"{r['steps_per_seed']:,}", fmt(r["total_compile_s"], ".1f"),
             fmt(r["run_s"], ".2f"), ", ".join(f"{t:.2f}" for t in r["run_times"]), f"{r['steps_per_s']:,.0f}",
             fmt(r["final_eval_return"], ".1f"), fmt(r["final_train_return"], ".1f"), r["evaluation"],
             fmt(r.get("ratio_steps"), ".2f") + ("x" if "ratio_steps" in r else ""),
@@ -264,7 +345,7 @@ def _rows(results):
 
 
 def _errors(results):
-    return [f"{r['library']} x{r['seeds']}: {r['error']}" for r in results if "error" in r]
+    return [f"{LABELS[r['library']]} x{r['seeds']}: {r['error']}" for r in results if "error" in r]
 
 
 def _settings_lines(results):
@@ -273,7 +354,7 @@ def _settings_lines(results):
     for r in results:
         if "settings" in r and r["library"] not in seen:
             seen.add(r["library"])
-            lines.append(f"{r['library']} settings: " + ", ".join(f"{k}={v}" for k, v in r["settings"].items()))
+            lines.append(f"{LABELS[r['library']]} settings: " + ", ".join(f"{k}={v}" for k, v in r["settings"].items()))
             if r["library"] == "jaxrl":
                 lines.append("jaxrl ppo.Config() defaults equal PureJaxRL's CartPole settings: "
                              + ("yes" if r.get("defaults_match_purejaxrl") else
@@ -288,7 +369,7 @@ def _plot(results, path):
     import matplotlib.pyplot as plt
 
     ok = [r for r in results if "error" not in r]
-    libraries = sorted({r["library"] for r in ok}, key=["jaxrl", "rejax"].index)
+    libraries = sorted({r["library"] for r in ok}, key=list(LABELS).index)
     seeds = sorted({r["seeds"] for r in ok})
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     width = 0.8 / max(len(libraries), 1)
@@ -297,7 +378,7 @@ def _plot(results, path):
         for i, library in enumerate(libraries):
             values = [next((r[key] for r in ok if r["library"] == library and r["seeds"] == s), None) for s in seeds]
             xs = [j + (i - (len(libraries) - 1) / 2) * width for j in range(len(seeds))]
-            bars = ax.bar(xs, [v or 0 for v in values], width, label=library, color=f"C{i}")
+            bars = ax.bar(xs, [v or 0 for v in values], width, label=LABELS[library], color=f"C{i}")
             labels = ["failed" if v is None else f"{v / 1000:,.0f}k" if key == "steps_per_s" else f"{v:.1f}"
                       for v in values]
             ax.bar_label(bars, labels=labels, fontsize=8)
@@ -313,12 +394,12 @@ def _plot(results, path):
 def parent_main(args):
     command = shlex.join(["python"] + sys.argv)
     peer_note = peer_missing("rejax", args.no_peers)
-    libraries = ["jaxrl"] + ([] if peer_note else ["rejax"])
+    libraries = ["jaxrl"] + ([] if peer_note else ["rejax"]) + ([] if args.no_floor else ["floor"])
 
     results = []
     plan = [(library, seeds) for seeds in args.seeds for library in libraries]
     for n, (library, seeds) in enumerate(plan, 1):
-        print(f"[{n}/{len(plan)}] {library} x{seeds} seeds ...", file=sys.stderr, flush=True)
+        print(f"[{n}/{len(plan)}] {LABELS[library]} x{seeds} seeds ...", file=sys.stderr, flush=True)
         start = time.perf_counter()
         result = _measure(args, library, seeds)
         results.append(result)
@@ -327,7 +408,7 @@ def parent_main(args):
             + ", ".join(f"{t:.2f}s" for t in result["run_times"]))
         print(f"    {status} (wall {time.perf_counter() - start:.0f}s)", file=sys.stderr, flush=True)
     derive_timing(results)
-    peer_ratios(results)
+    peer_ratios(results, libraries=("jaxrl", "floor"))
     rows = _rows(results)
 
     title = (f"PPO on {ENV_ID} at PureJaxRL's configuration, {args.total_timesteps:,} total timesteps, "
@@ -385,6 +466,7 @@ def main(argv=None):
                         help="episodes per evaluation on both sides (default: %(default)s)")
     parser.add_argument("--rejax-stock-optimizer", action="store_true",
                         help="keep rejax's own optimiser (constant LR, element-wise clip) instead of PureJaxRL's")
+    parser.add_argument("--no-floor", action="store_true", help="skip the env + networks rows")
     add_peer_arguments(parser, "rejax")
     parser.add_argument("--plot", metavar="PNG", help="write a bar chart of steps/s and compile time")
     add_common_arguments(parser, ("LIBRARY", "SEEDS"), quick=False)
