@@ -76,19 +76,20 @@ def test_dense_matmul_value_and_reverse_mode_match_numpy():
     np.testing.assert_allclose(grad_x, g @ kernel.T, rtol=1e-4, atol=1e-4)
 
 
-def test_dense_matmul_forward_mode_and_hessian_vector_products_work():
+def test_dense_matmul_hessian_vector_products_work_and_plain_forward_mode_is_a_clear_error():
     x, kernel, weights = _dense_case(1)
-    rng = np.random.default_rng(2)
-    x_dot, kernel_dot = rng.normal(size=x.shape), rng.normal(size=kernel.shape)
+    kernel_dot = np.random.default_rng(2).normal(size=kernel.shape)
     f32 = lambda *arrays: tuple(jnp.asarray(a, jnp.float32) for a in arrays)  # noqa: E731
-    y, y_dot = jax.jvp(dense_matmul, f32(x, kernel), f32(x_dot, kernel_dot))
-    np.testing.assert_allclose(y_dot, x_dot @ kernel + x @ kernel_dot, rtol=1e-4, atol=1e-4)
     # Forward over reverse: the kernel-kernel block of the Hessian times kernel_dot.
     hvp = jax.jvp(lambda k: jax.grad(_dense_loss, 1)(f32(x)[0], k, f32(weights)[0]), f32(kernel), f32(kernel_dot))[1]
     t = np.tanh(x @ kernel)
     curvature = weights * (-2.0 * t * (1.0 - t**2)) * (x @ kernel_dot)  # d(g)/d(kernel) . kernel_dot
     expected = sum(np.outer(x[i, j], curvature[i, j]) for i in range(3) for j in range(5))
     np.testing.assert_allclose(hvp, expected, rtol=1e-3, atol=1e-3)
+    hessian = jax.hessian(_dense_loss, 1)(*f32(x, kernel, weights))  # [4, 6, 4, 6]
+    np.testing.assert_allclose(np.tensordot(hessian, kernel_dot, 2), expected, rtol=1e-3, atol=1e-3)
+    with pytest.raises(TypeError, match="forward-mode"):
+        jax.jvp(dense_matmul, f32(x, kernel), f32(x, kernel_dot))
 
 
 def test_dense_matmul_gradient_under_vmap_matches_each_lane():
