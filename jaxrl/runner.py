@@ -257,16 +257,15 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, chunk
 
             with open(os.path.join(logdir, "run.json")) as f:
                 saved = json.load(f)
-            saved_config = saved.get("config")
-            if isinstance(saved_config, dict) and "num_reports" in saved_config and "num_reports" in meta["config"]:
-                # The runner's programs leave out num_reports (see _programs), so a resumed
-                # run may change it; run.json and the checkpoints keep the first run's value.
-                meta["config"]["num_reports"] = saved_config["num_reports"]
+            _keep_saved_num_reports(meta, saved)
             check_meta(saved, meta, f"the run in {logdir!r}")
         if checkpoint_every is not None or (resume and os.path.isdir(checkpoint_dir)):
             from jaxrl.checkpoint import Checkpoints
 
             checkpoints = Checkpoints(checkpoint_dir, keep=keep_checkpoints)
+            if resume and not holds_run and checkpoints.latest_step() is not None:
+                # run.json is gone: the checkpoints say how the run began.
+                _keep_saved_num_reports(meta, checkpoints.meta(checkpoints.latest_step()))
         os.makedirs(logdir, exist_ok=True)
         if not holds_run:
             with open(os.path.join(logdir, "run.json"), "w") as f:
@@ -450,6 +449,14 @@ def _background(fn) -> concurrent.futures.Future:
     future = pool.submit(fn)
     pool.shutdown(wait=False)
     return future
+
+
+def _keep_saved_num_reports(meta: dict, saved: dict) -> None:
+    """The runner's programs leave out num_reports (see _programs), so a resumed run may
+    change it: ``meta`` takes the saved run's value, as run.json and the checkpoints do."""
+    saved_config = saved.get("config")
+    if isinstance(saved_config, dict) and "num_reports" in saved_config and "num_reports" in meta["config"]:
+        meta["config"]["num_reports"] = saved_config["num_reports"]
 
 
 def _signature(tree) -> tuple:

@@ -406,7 +406,7 @@ def test_resume_restores_the_replay_buffer_exactly(tmp_path):
     """DQN's state holds a prioritized n-step replay buffer: resuming from the second
     checkpoint of a finished run (in this process, as after a crash that lost the
     later ones) reproduces the rest of the run exactly, logs included. A changed
-    config is refused, except for ``num_reports``."""
+    config is refused, except for ``num_reports``, also when run.json is gone."""
     straight = straight_run("dqn", tmp_path / "straight")
     import shutil
 
@@ -417,7 +417,9 @@ def test_resume_restores_the_replay_buffer_exactly(tmp_path):
                   loggers=("csv", "jsonl", "tensorboard"), checkpoint_every=1, resume=True)
     with pytest.raises(ValueError, match=r"is from a different run; config: saved .*'learning_rate': 0.0003"):
         runner.run("dqn", make_config("dqn").replace(learning_rate=3e-4), **resume)
-    # num_reports only drives in-program progress reports, which the runner leaves out.
+    # num_reports only drives in-program progress reports, which the runner leaves out;
+    # with run.json gone, the checkpoints alone say how the run began.
+    (tmp_path / "resumed" / "run.json").unlink()
     resumed = runner.run("dqn", make_config("dqn").replace(num_reports=3), **resume)
     np.testing.assert_array_equal(resumed.iterations, straight.iterations)
     for key, values in straight.metrics.items():
