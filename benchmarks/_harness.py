@@ -216,6 +216,12 @@ def other_cpu(before, after):
     return max(0.0, ((after[1] - before[1]) - (after[2] - before[2])) / (after[0] - before[0]))
 
 
+def tiny_sgd(jax, params, grads):
+    """``params - 1e-6 * grads``: the update of a floor program (network passes only), so
+    that each step depends on the last and XLA cannot hoist any out of the loop."""
+    return jax.tree.map(lambda p, g: p - 1e-6 * g, params, grads)
+
+
 def time_compiled(jax, fn, args, runs):
     """Compile ``jax.jit(fn)`` for ``args`` and run it ``runs`` times. Returns (lower_s,
     compile_s, [run_s...], output of the last run, [other processes' CPU load during

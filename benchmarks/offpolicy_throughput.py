@@ -57,7 +57,7 @@ import time
 from _harness import (add_common_arguments, add_peer_arguments, derive_timing, fmt, last_finite, machine_lines,
                       markdown_table, measure_and_emit, measure_in_child, nanmean, other_cpu_warning, parse_arguments,
                       peer_missing, peer_ratios, rejax_env, rejax_returns, seed_list, settings_lines, text_table,
-                      time_compiled, timing_status, write_markdown)
+                      time_compiled, timing_status, tiny_sgd, write_markdown)
 
 ENV_ID = "Pendulum-v1"
 HALF_RANGE = 2.0  # Pendulum-v1 actions are in [-2, 2] (max_torque); checked in the child
@@ -362,8 +362,7 @@ def run_floor(jax, args, seeds):
                 return jnp.mean(log_prob - jnp.min(critic.apply(critics, obs, new_action), axis=0))
 
             actor_grad = jax.grad(actor_objective)(actor)
-            sgd = lambda params, grads: jax.tree.map(lambda p, g: p - 1e-6 * g, params, grads)  # noqa: E731
-            return (sgd(actor, actor_grad), sgd(critics, critic_grad)), None
+            return (tiny_sgd(jax, actor, actor_grad), tiny_sgd(jax, critics, critic_grad)), None
 
         carry = (state.params["actor"], state.critic_params)
         return jax.lax.scan(update, carry, jax.random.split(key, updates))[0]

@@ -50,7 +50,7 @@ import time
 
 from _harness import (add_common_arguments, add_peer_arguments, derive_timing, fmt, last_finite, machine_lines,
                       markdown_table, measure_and_emit, measure_in_child, nanmean, parse_arguments, peer_missing,
-                      peer_ratios, rejax_env, rejax_returns, text_table, time_compiled, write_markdown)
+                      peer_ratios, rejax_env, rejax_returns, text_table, time_compiled, tiny_sgd, write_markdown)
 
 ENV_ID = "CartPole-v1"
 
@@ -153,7 +153,7 @@ def run_floor(jax, args, seeds):
 
         def minibatch(params, obs):
             grads = jax.grad(loss)(params, obs)
-            return jax.tree.map(lambda p, g: p - 1e-6 * g, params, grads), None
+            return tiny_sgd(jax, params, grads), None
 
         def iteration(carry, key):
             params, env_state, obs = carry
