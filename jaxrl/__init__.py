@@ -2,13 +2,8 @@
 
 import importlib
 
-from jaxrl._xla import configure as _configure_xla
-
-_configure_xla()
-importlib.import_module("jaxrl.program_cache")  # hashes jaxrl's source as imported
-
-from jaxrl.config import sweep_axes  # noqa: E402
-from jaxrl.types import Trajectory, TrainOutput  # noqa: E402
+from jaxrl.config import sweep_axes
+from jaxrl.types import TrainOutput, Trajectory
 
 __version__ = "0.1.0"
 __all__ = ["algorithms", "buffers", "envs", "evaluation", "returns", "rollout", "sweep_axes", "Trajectory", "TrainOutput"]

@@ -37,7 +37,6 @@ parallel run) are readable on every process; lane-sharded ones through :func:`to
 
 from __future__ import annotations
 
-import os
 import time
 from types import ModuleType
 from typing import NamedTuple
@@ -78,28 +77,20 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     """
     if num_processes == 1:
         return
-    if coordinator_address is None and num_processes is None and process_id is None and not _cluster_detected():
-        return
-    from jax._src import xla_bridge
-
-    if xla_bridge.backends_are_initialized():
-        raise RuntimeError(
-            "distributed.initialize must run before JAX starts its backends: call it before any JAX computation "
-            "and before importing jaxrl.algorithms or jaxrl.envs (gymnax computes on import)")
     # CPU devices of different processes exchange data only through a collectives
     # implementation. JAX 0.10 picks gloo by default; older releases picked none, with
     # which the first cross-process collective fails.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator_address, num_processes, process_id, **kwargs)
-
-
-def _cluster_detected() -> bool:
-    """Whether ``jax.distributed.initialize()`` would find its settings on its own (the
-    test JAX runs, through its private cluster registry)."""
-    from jax._src.clusters import ClusterEnv
-
-    return bool(os.environ.get("JAX_COORDINATOR_ADDRESS")) or any(
-        not env.opt_in_only_method and env.is_env_present() for env in ClusterEnv._cluster_types)
+    try:
+        jax.distributed.initialize(coordinator_address, num_processes, process_id, **kwargs)
+    except RuntimeError as error:  # JAX's backends are up: too late to join
+        raise RuntimeError(
+            "distributed.initialize must run before JAX starts its backends: call it before any JAX computation "
+            f"and before importing jaxrl.algorithms or jaxrl.envs (gymnax computes on import) ({error})") from error
+    except ValueError:
+        if coordinator_address is None and num_processes is None and process_id is None:
+            return  # no arguments and no cluster for JAX to detect: one process
+        raise
 
 
 def make_mesh(devices=None) -> Mesh:
@@ -276,7 +267,7 @@ def data_parallel(program: loop.Program, mesh: Mesh | None = None) -> loop.Progr
         state, metrics = program.iteration(constrain(state), key, index)
         return constrain(state), jax.lax.with_sharding_constraint(metrics, replicated)
 
-    return program._replace(init=lambda key: constrain(program.init(key)), iteration=iteration)
+    return program._replace(init=lambda key, inputs: constrain(program.init(key, inputs)), iteration=iteration)
 
 
 def train_data_parallel(algorithm, config, key: jax.Array, mesh: Mesh | None = None) -> TrainOutput:

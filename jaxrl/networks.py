@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import flax.linen as nn
@@ -18,54 +19,36 @@ def activation_fn(name: str):
     return ACTIVATIONS[name]
 
 
+def orthonormal_columns(matrix: jax.Array) -> jax.Array:
+    """The Q of ``matrix [m, n]``'s QR factorisation (``m >= n``, R's diagonal positive):
+    ``[m, n]`` with orthonormal columns, by Gram-Schmidt with a second pass.
+
+    Written with matrix-vector products rather than ``jnp.linalg.qr``: under ``vmap``
+    that is a batched LAPACK call which fans out into XLA:CPU's thread pool from one of
+    its workers, and two of them running at once on a 2-core machine deadlock
+    (``benchmarks/investigations/xla_cpu_qr_deadlock``)."""
+    def orthonormalize(k, q):
+        column = jax.lax.dynamic_index_in_dim(matrix, k, axis=1, keepdims=False)
+        column = column - q @ (q.T @ column)
+        column = column - q @ (q.T @ column)  # the second pass restores orthogonality lost to rounding
+        return jax.lax.dynamic_update_index_in_dim(q, column / jnp.linalg.norm(column), k, axis=1)
+
+    return jax.lax.fori_loop(0, matrix.shape[1], orthonormalize, jnp.zeros_like(matrix))
+
+
 def orthogonal(scale: float = np.sqrt(2.0)):
-    return nn.initializers.orthogonal(scale)
+    """An initializer like ``flax.linen.initializers.orthogonal(scale)`` (Haar-distributed
+    orthogonal rows or columns, whichever are fewer, over the last axis; Saxe et al.,
+    2014), built on :func:`orthonormal_columns`."""
+    def init(key, shape, dtype=jnp.float32):
+        columns = shape[-1]
+        rows = math.prod(shape) // columns
+        gaussian = jax.random.normal(key, (max(rows, columns), min(rows, columns)), jnp.float32)
+        q = orthonormal_columns(gaussian)
+        q = q if rows >= columns else q.T
+        return (scale * q).reshape(shape).astype(dtype)
 
-
-@jax.custom_vjp
-def dense_matmul(x: jax.Array, kernel: jax.Array) -> jax.Array:
-    """``x [..., in] @ kernel [in, out]`` -> ``[..., out]``, with a reverse-mode rule that
-    computes the kernel's gradient as a plain product of ``x^T`` (see :func:`Dense`).
-
-    Reverse mode (``jax.grad``, ``jax.vjp``, gradients of gradients, Hessian-vector
-    products by ``jax.jvp`` of a gradient, ``jax.hessian``) works; forward mode of the
-    layer itself (``jax.jvp``, ``jax.jacfwd`` of a network's output) does not: JAX
-    raises a TypeError for it.
-    """
-    return x @ kernel
-
-
-def _dense_matmul_fwd(x, kernel):
-    return x @ kernel, (x, kernel)
-
-
-def _dense_matmul_bwd(residuals, g):
-    # Left to autodiff, the kernel's gradient is one dot contracting the batch axis, the
-    # leading axis of both x and g, which XLA:CPU runs off its fast path. x^T behind a
-    # barrier (so that XLA cannot fold the transpose back into the dot) makes it a plain
-    # [in, B] @ [B, out] product.
-    x, kernel = residuals
-    rows_t = jax.lax.optimization_barrier(x.reshape(-1, x.shape[-1]).T)
-    return g @ kernel.T, rows_t @ g.reshape(-1, g.shape[-1])
-
-
-dense_matmul.defvjp(_dense_matmul_fwd, _dense_matmul_bwd)
-
-
-def _dense_dot_general(x, kernel, dimension_numbers, precision=None, preferred_element_type=None):
-    return dense_matmul(x, kernel)  # nn.Dense contracts x's last axis with the kernel's first
-
-
-def Dense(features: int, transposed_kernel_grad: bool = False, **kwargs) -> nn.Dense:
-    """flax ``nn.Dense``; with ``transposed_kernel_grad`` it computes :func:`dense_matmul`
-    (same parameters, same names), whose kernel gradient is ``x^T`` materialised times
-    the output's gradient. On CPU that made PPO at PureJaxRL's settings (64x64 networks,
-    minibatches of 128) 6-7% faster per iteration at 1 seed (0-10% at 8 vmapped seeds, in
-    the noise), and SAC at rejax's settings 10% slower, so only :class:`ActorCritic`
-    turns it on."""
-    if transposed_kernel_grad:
-        kwargs["dot_general"] = _dense_dot_general
-    return nn.Dense(features, **kwargs)
+    return init
 
 
 class MLP(nn.Module):
@@ -75,15 +58,13 @@ class MLP(nn.Module):
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
     obs_ndim: int = 1  # number of trailing observation dims to flatten
-    transposed_kernel_grad: bool = False  # see Dense
 
     @nn.compact
     def __call__(self, x):
         x = x.reshape(x.shape[: x.ndim - self.obs_ndim] + (-1,)).astype(jnp.float32)
         act = activation_fn(self.activation)
         for size in self.hidden_sizes:
-            dense = Dense(size, self.transposed_kernel_grad, kernel_init=orthogonal(), bias_init=nn.initializers.zeros)
-            x = act(dense(x))
+            x = act(nn.Dense(size, kernel_init=orthogonal(), bias_init=nn.initializers.zeros)(x))
         return x
 
 
@@ -94,7 +75,6 @@ class MinAtarCNN(nn.Module):
     hidden_sizes: Sequence[int] = (128,)
     activation: str = "relu"
     obs_ndim: int = 3
-    transposed_kernel_grad: bool = False  # of the dense layers, see Dense
 
     @nn.compact
     def __call__(self, x):
@@ -103,16 +83,16 @@ class MinAtarCNN(nn.Module):
         act = activation_fn(self.activation)
         x = act(nn.Conv(16, (3, 3), padding="VALID", kernel_init=orthogonal())(x))
         x = x.reshape(batch_shape + (-1,))
-        return MLP(self.hidden_sizes, self.activation, transposed_kernel_grad=self.transposed_kernel_grad)(x)
+        return MLP(self.hidden_sizes, self.activation)(x)
 
 
-def torso(kind: str, hidden_sizes, activation: str, obs_ndim: int, transposed_kernel_grad: bool = False) -> nn.Module:
+def torso(kind: str, hidden_sizes, activation: str, obs_ndim: int) -> nn.Module:
     if kind == "mlp":
-        return MLP(tuple(hidden_sizes), activation, obs_ndim, transposed_kernel_grad)
+        return MLP(tuple(hidden_sizes), activation, obs_ndim)
     if kind == "cnn":
         if obs_ndim != 3:
             raise ValueError(f"network='cnn' needs image observations [H, W, C], got {obs_ndim} observation dims")
-        return MinAtarCNN(tuple(hidden_sizes), activation, transposed_kernel_grad=transposed_kernel_grad)
+        return MinAtarCNN(tuple(hidden_sizes), activation)
     raise ValueError(f"network must be 'mlp' or 'cnn', got {kind!r}")
 
 
@@ -121,9 +101,7 @@ class ActorCritic(nn.Module):
 
     Discrete: returns ``(logits [..., num_actions], value [...])``.
     Continuous: returns ``((mean [..., A], log_std [A]), value [...])`` with a
-    state-independent learned ``log_std``. Its dense layers compute :func:`dense_matmul`
-    (``transposed_kernel_grad``), so forward-mode autodiff of its outputs (``jax.jvp``)
-    is not available; reverse mode, Hessians and Hessian-vector products are.
+    state-independent learned ``log_std``.
     """
 
     action_dim: int
@@ -135,10 +113,10 @@ class ActorCritic(nn.Module):
     log_std_init: float = 0.0
 
     def setup(self):
-        self.actor_torso = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim, True)
-        self.critic_torso = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim, True)
-        self.policy_head = Dense(self.action_dim, True, kernel_init=orthogonal(0.01))
-        self.value_head = Dense(1, True, kernel_init=orthogonal(1.0))
+        self.actor_torso = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)
+        self.critic_torso = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)
+        self.policy_head = nn.Dense(self.action_dim, kernel_init=orthogonal(0.01))
+        self.value_head = nn.Dense(1, kernel_init=orthogonal(1.0))
         if not self.discrete:
             self.log_std = self.param("log_std", nn.initializers.constant(self.log_std_init), (self.action_dim,))
 

@@ -1,6 +1,5 @@
-# Import jaxrl before any test module touches JAX, so its XLA settings (jaxrl/_xla.py:
-# the flag that avoids an XLA:CPU deadlock on vmapped programs) apply to the suite.
-import jaxrl  # noqa: F401
+import jax
+import pytest
 
 
 def pytest_collection_modifyitems(items):
@@ -10,15 +9,10 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
-import jax  # noqa: E402  (after jaxrl, see above)
-import pytest  # noqa: E402
-
-
 @pytest.fixture(autouse=True)
 def _restore_compilation_cache_dir():
     """``python -m jaxrl train`` sets JAX's persistent cache directory for its process;
-    a test that calls the CLI in-process must not leave it set for the tests after it
-    (``jaxrl.program_cache`` saves programs while it is set)."""
+    a test that calls the CLI in-process must not leave it set for the tests after it."""
     before = jax.config.jax_compilation_cache_dir
     yield
     jax.config.update("jax_compilation_cache_dir", before)

@@ -89,9 +89,3 @@ def test_variant_flag_starts_from_the_named_settings():
     assert config.distributional and config.noisy and config.prioritized and config.double
     assert config.n_step == 5  # explicit --set wins over the variant
 
-
-def test_importing_jaxrl_sets_the_safe_xla_flags():
-    code = "import os, jaxrl; print(os.environ.get('XLA_FLAGS', ''))"
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAXRL_NO_XLA_SETTINGS")}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-    assert "--xla_cpu_enable_concurrency_optimized_scheduler=false" in out.stdout

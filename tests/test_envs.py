@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import copy
 import pickle
-import subprocess
-import sys
 import urllib.error
 
 import gymnax
@@ -566,18 +564,3 @@ def test_scale_reward_clip():
             assert float(raw_r) != 0.0
             np.testing.assert_allclose(float(r), 0.1 * np.sign(float(raw_r)), rtol=1e-6)
 
-
-def test_plotting_libraries_gymnax_imports_are_deferred_until_used():
-    """``import jaxrl`` leaves out seaborn's and pyplot's import cost (gymnax imports them
-    for rendering only), and both still work when used afterwards."""
-    code = (
-        "import sys, jaxrl.envs, gymnax\n"
-        "assert 'pandas' not in sys.modules and 'scipy.stats' not in sys.modules, 'seaborn was imported'\n"
-        "import matplotlib; matplotlib.use('Agg')\n"
-        "import matplotlib.pyplot as plt, seaborn as sns\n"
-        "figure, axes = plt.subplots(); axes.plot([0, 1])\n"
-        "assert len(sns.color_palette('cubehelix', 3)) == 3 and 'pandas' in sys.modules\n"
-        "from gymnax.environments.misc import pong\n"
-        "assert pong.sns.color_palette('cubehelix', 2) and pong.plt.subplots\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -11,57 +11,10 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
-import importlib
-import importlib.util
-import sys
-import types
 
+import gymnax
 import numpy as np
-
-
-class _DeferredModule(types.ModuleType):
-    """Stands in ``sys.modules`` for a module not imported yet: the first attribute it
-    lacks imports the real module (which then replaces it there) and reads it from that.
-    ``__spec__`` and ``__path__`` are set, so ``import`` statements see a loaded module."""
-
-    def __getattr__(self, attr):
-        name = self.__name__
-        if sys.modules.get(name) is self:
-            del sys.modules[name]
-        return getattr(importlib.import_module(name), attr)
-
-
-def _defer_plotting_imports() -> None:
-    """Let gymnax import without the plotting libraries it never uses in training.
-
-    ``import gymnax`` imports every env it has, and Catch and Pong import
-    ``matplotlib.pyplot`` and ``seaborn`` (with pandas and scipy.stats) at module level
-    for their ``render`` functions: over 1 s of a 2 s import, paid by every process that
-    trains anything. Until first used (by a render call or by the user: an attribute
-    read imports the real module), they are :class:`_DeferredModule` placeholders.
-    Modules already imported, or not installed, are left alone."""
-    for name in ("matplotlib.pyplot", "seaborn"):
-        if name in sys.modules:
-            continue
-        try:
-            # A submodule's spec: the parent package is imported (matplotlib's core,
-            # which Pong imports anyway), not the submodule.
-            spec = importlib.util.find_spec(name)
-        except (ImportError, ValueError):
-            continue
-        if spec is None:
-            continue
-        module = _DeferredModule(name)
-        module.__spec__ = spec
-        if spec.submodule_search_locations is not None:
-            module.__path__ = list(spec.submodule_search_locations)
-        sys.modules[name] = module
-
-
-_defer_plotting_imports()
-
-import gymnax  # noqa: E402
-from gymnax.environments import spaces  # noqa: E402
+from gymnax.environments import spaces
 
 from jaxrl.envs.wrappers import (
     ClipAction,
@@ -76,7 +29,7 @@ from jaxrl.envs.wrappers import (
 )
 
 __all__ = [
-    "make", "EnvSpec", "spec", "config_spec", "registered_ids", "check_env_id",
+    "make", "EnvSpec", "spec", "config_spec", "registered_ids", "check_env_id", "steps_on_host",
     "ClipAction", "EpisodeStatistics", "NormalizeObservation", "ScaleReward", "Wrapper",
     "RunningStats", "running_stats_init", "running_stats_update", "normalize",
 ]
@@ -88,6 +41,11 @@ def registered_ids() -> list[str]:
 
 
 GYMNASIUM_PREFIX = "gymnasium:"
+
+
+def steps_on_host(env_id: str) -> bool:
+    """Whether ``env_id``'s env runs on the host (its state is a handle, not arrays)."""
+    return env_id.startswith(GYMNASIUM_PREFIX)
 
 
 def _gymnasium_bridge():

@@ -1,0 +1,147 @@
+"""The core's promises to every program: no deadlock whatever the import order, no
+batched LAPACK call in any training program, forward-mode autodiff through every
+algorithm's learner, and an ``import jaxrl`` that changes nothing process-wide."""
+
+import ast
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrl import algorithms, data
+
+JAXRL = pathlib.Path(__file__).parent.parent / "jaxrl"
+TINY = dict(num_envs=2, total_timesteps=64, hidden_sizes=(8,), num_evals=1, eval_episodes=1, num_reports=0)
+OFF_POLICY = dict(TINY, num_steps=1, batch_size=4, buffer_size=32, learning_starts=8)
+
+
+def tiny_config(name: str):
+    """A few iterations of ``name`` on a small network."""
+    module = algorithms.get(name)
+    if name in ("ppo", "a2c", "impala"):
+        return module.Config(num_steps=8, **TINY)
+    if name == "reinforce":
+        return module.Config(env_kwargs={"max_steps_in_episode": 16}, **TINY)
+    if name == "dqn":
+        return module.Config(**OFF_POLICY)
+    if name == "bc":
+        return module.Config(num_updates=4, batch_size=4, hidden_sizes=(8,), num_evals=1, eval_episodes=1,
+                             num_reports=0)
+    return module.Config(env_id="Pendulum-v1", **OFF_POLICY)
+
+
+def tiny_dataset() -> data.Dataset:
+    rng = np.random.default_rng(0)
+    return data.Dataset(
+        obs=rng.normal(size=(16, 4)).astype(np.float32), action=rng.integers(0, 2, 16).astype(np.int32),
+        reward=np.ones(16, np.float32), terminated=np.zeros(16, bool), truncated=np.zeros(16, bool),
+        next_obs=rng.normal(size=(16, 4)).astype(np.float32), episode_return=np.zeros(16, np.float32),
+        episode_length=np.zeros(16, np.int32), env_id="CartPole-v1")
+
+
+def inputs(name: str) -> tuple:
+    return (tiny_dataset(),) if name == "bc" else ()
+
+
+@pytest.mark.parametrize("name", [*algorithms.ALGORITHMS, "rainbow"])
+def test_no_training_program_calls_lapack(name):
+    """XLA:CPU runs a batched LAPACK call (orthogonal initialisation's QR, under vmap) by
+    fanning it out into the thread pool it runs on, which deadlocks once two run at
+    once (benchmarks/investigations/xla_cpu_qr_deadlock). No program may contain one."""
+    module = algorithms.get("dqn" if name == "rainbow" else name)
+    config = algorithms.get("dqn").rainbow("CartPole-v1", **OFF_POLICY) if name == "rainbow" else tiny_config(name)
+    keys = jax.random.split(jax.random.key(0), 2)
+    train = jax.vmap(module.train, in_axes=(0, None) + (None,) * len(inputs(name)))
+    text = jax.jit(train).lower(keys, config, *inputs(name)).as_text()
+    assert "lapack" not in text.lower()
+
+
+@pytest.mark.parametrize("name", [*algorithms.ALGORITHMS, "rainbow"])
+def test_forward_mode_differentiates_every_learner(name):
+    """``jax.jvp`` of one iteration's metrics with respect to the parameters: every
+    network, loss and optimiser step on the way supports forward mode."""
+    module = algorithms.get("dqn" if name == "rainbow" else name)
+    config = algorithms.get("dqn").rainbow("CartPole-v1", **OFF_POLICY) if name == "rainbow" else tiny_config(name)
+    state = jax.jit(module.init, static_argnums=1)(jax.random.key(0), config, *inputs(name))
+
+    def metrics(params):
+        return module.step(state.replace(params=params), jax.random.key(1), config)[1]
+
+    tangent = jax.tree.map(lambda x: jnp.ones_like(x) if jnp.issubdtype(x.dtype, jnp.floating)
+                           else np.zeros(x.shape, jax.dtypes.float0), state.params)
+    _, tangents = jax.eval_shape(lambda p, t: jax.jvp(metrics, (p,), (t,)), state.params, tangent)
+    assert tangents  # traced: forward mode is defined for every operation of the step
+
+
+HANG_CHECK = """
+import os, threading, time
+import gymnax                      # JAX's backend starts before jaxrl is imported ...
+import jax, jax.numpy as jnp
+jnp.ones(3).sum().block_until_ready()   # ... and runs a computation: no XLA flag can apply now
+from jaxrl.algorithms import ppo
+
+config = ppo.Config(total_timesteps=100_000, num_evals=2, num_reports=0)
+train = jax.jit(jax.vmap(ppo.train, in_axes=(0, None)))
+for call in range(10):
+    finished = threading.Event()
+    def watchdog(call=call):
+        if not finished.wait({timeout}):
+            print(f"HANG in call {{call}}", flush=True)
+            os._exit(3)
+    threading.Thread(target=watchdog, daemon=True).start()
+    jax.block_until_ready(train(jax.random.split(jax.random.key(call), 4), config))
+    finished.set()
+print("finished 10 calls", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_vmapped_training_after_jax_started_finishes_every_time():
+    """The new user's notebook: gymnax and a JAX computation first, then PPO over 4
+    vmapped seeds ten times, each call watched by a timeout, under JAX's default XLA
+    settings. Before the fix the second or third call deadlocked."""
+    result = subprocess.run([sys.executable, "-c", HANG_CHECK.format(timeout=240)], capture_output=True,
+                            text=True, timeout=1200)
+    assert result.returncode == 0 and "finished 10 calls" in result.stdout, result.stdout + result.stderr[-2000:]
+
+
+def test_jaxrl_imports_nothing_private_from_jax_and_leaves_sys_modules_alone():
+    for path in sorted(JAXRL.rglob("*.py")):
+        source = path.read_text()
+        for node in ast.walk(ast.parse(source)):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                assert not name.startswith("jax._src"), f"{path.relative_to(JAXRL.parent)} imports {name}"
+        assert "jax._src" not in source and "sys.modules" not in source, path
+
+
+IMPORT_CHECK = """
+import importlib, os, pkgutil, sys
+import jax
+flags, settings = os.environ.get("XLA_FLAGS"), dict(jax.config.values)
+import jaxrl
+for module in pkgutil.walk_packages(jaxrl.__path__, "jaxrl."):
+    if not module.name.endswith("__main__"):
+        importlib.import_module(module.name)
+assert os.environ.get("XLA_FLAGS") == flags, os.environ.get("XLA_FLAGS")
+changed = sorted(k for k, v in jax.config.values.items() if settings.get(k, object()) != v)
+assert not changed, changed
+placeholders = [name for name, module in sys.modules.items() if type(module).__module__.startswith("jaxrl")]
+assert not placeholders, placeholders
+print("ok")
+"""
+
+
+def test_importing_every_jaxrl_module_changes_nothing_process_wide():
+    """No XLA flag, JAX setting or module object of jaxrl's making in ``sys.modules``
+    comes from importing every jaxrl module."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    result = subprocess.run([sys.executable, "-c", IMPORT_CHECK], capture_output=True, text=True, timeout=300,
+                            env=env)
+    assert result.stdout.strip().endswith("ok"), result.stderr[-3000:]
