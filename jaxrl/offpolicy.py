@@ -15,6 +15,7 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxrl import envs, loop, rollout
 from jaxrl.buffers import prioritized, replay
@@ -61,6 +62,20 @@ class ReplaySchedule:
     def replay_ratio(self) -> float:
         """Sampled transitions per env step."""
         return self.num_updates * self.batch_size / self.iteration_steps
+
+
+def require_box_actions(config, algorithm: str) -> envs.EnvSpec:
+    """The env's spec; ValueError unless its actions are a Box with finite bounds."""
+    spec = envs.config_spec(config)
+    if spec.discrete:
+        raise ValueError(
+            f"{algorithm} needs a continuous (Box) action space; env_id {config.env_id!r} has "
+            f"{spec.num_actions} discrete actions (use DQN, PPO, or SAC with discrete=True)"
+        )
+    if not (np.all(np.isfinite(spec.action_low)) and np.all(np.isfinite(spec.action_high))):
+        raise ValueError(f"{algorithm} scales actions to the Box bounds, which must be finite; "
+                         f"{config.env_id!r} has low={spec.action_low}, high={spec.action_high}")
+    return spec
 
 
 def polyak(target, online, tau):
@@ -199,6 +214,8 @@ def program(init: Callable, step: Callable, warmup_step: Callable, evaluate: Cal
         return loop.run_if(~warmup, lambda carry: step(carry[0], key, config), (state, metrics))
 
     return loop.Program(
-        init=lambda key: init(key, config), iteration=iteration, evaluate=functools.partial(evaluate, config=config),
+        init=lambda key, inputs: init(key, config), iteration=iteration,
+        evaluate=functools.partial(evaluate, config=config),
         num_iterations=config.num_iterations, num_evals=config.num_evals, num_reports=config.num_reports,
+        budget=config.total_timesteps, resumable=not envs.steps_on_host(config.env_id),
     )

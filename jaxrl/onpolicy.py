@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import envs, evaluation, loop, optim, rollout
+from jaxrl import envs, evaluation, loop, rollout
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.distributions import Categorical, Normal
 from jaxrl.networks import ActorCritic
@@ -86,7 +86,7 @@ class Config:
 @struct.dataclass
 class State:
     params: dict            # {"network": flax params, "obs_stats": RunningStats}
-    opt_state: Any          # over the network's parameters raveled into one vector (jaxrl.optim)
+    opt_state: Any          # the optimiser state of params["network"]
     env_state: Any          # batched env state [num_envs]
     obs: Any                # [num_envs, *obs_shape] observation to act on next
     timesteps: jax.Array    # int32 env steps taken so far
@@ -153,7 +153,7 @@ def init(key: jax.Array, config, updates_per_iteration: int, policy_lag: int = 0
     lagged = jax.tree.map(lambda x: jnp.stack([x] * policy_lag), params) if policy_lag else ()
     return State(
         params=params,
-        opt_state=optim.init(make_optimizer(config, updates_per_iteration), params["network"]),
+        opt_state=make_optimizer(config, updates_per_iteration).init(params["network"]),
         env_state=env_state,
         obs=obs,
         timesteps=jnp.zeros((), jnp.int32),
@@ -221,10 +221,10 @@ def shuffled_minibatches(key: jax.Array, batch, num_minibatches: int):
     ``num_minibatches`` minibatches: leaves ``[num_minibatches, B // num_minibatches, ...]``.
 
     The order sorts one uint32 per row: random high bits with the row index in the low
-    ``ceil(log2 B)`` bits. XLA:CPU sorts one integer array far faster than the key-value
-    sort of ``jax.random.permutation`` (5x at B = 512, 11x at B = 4096). Rows whose random
-    bits tie end up next to each other in index order; with at least 16 random bits
-    (B <= 65,536) that barely changes which rows share a minibatch. Larger batches use
+    ``ceil(log2 B)`` bits, because one integer array sorts much faster than the
+    key-value pairs of ``jax.random.permutation``. Rows whose random bits tie end up
+    next to each other in index order; with at least 16 random bits (B <= 65,536) that
+    barely changes which rows share a minibatch. Larger batches use
     ``jax.random.permutation``.
     """
     batch_size = jax.tree.leaves(batch)[0].shape[0]
@@ -260,8 +260,9 @@ def program(init: Callable, step: Callable, config) -> loop.Program:
     then ``num_iterations`` of ``step(state, key, config)``, evaluated deterministically
     at ``config.num_evals`` points."""
     return loop.Program(
-        init=lambda key: init(key, config),
+        init=lambda key, inputs: init(key, config),
         iteration=lambda state, key, index: step(state, key, config),
         evaluate=lambda params, key: evaluate(params, key, config),
         num_iterations=config.num_iterations, num_evals=config.num_evals, num_reports=config.num_reports,
+        budget=config.total_timesteps, resumable=not envs.steps_on_host(config.env_id),
     )

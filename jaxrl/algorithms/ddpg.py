@@ -83,24 +83,10 @@ class Config(offpolicy.ReplaySchedule):
                 f"num_updates ({self.num_updates}) must be a multiple of policy_delay ({self.policy_delay}), "
                 "so every iteration runs whole actor-update periods"
             )
-        spec = require_box_actions(self, self.ALGORITHM)
+        spec = offpolicy.require_box_actions(self, self.ALGORITHM)
         require_network(self, spec.obs_shape)
         if self.network != "mlp":
             raise ValueError(f"network must be 'mlp' for continuous-action critics, got {self.network!r}")
-
-
-def require_box_actions(config, algorithm: str) -> envs.EnvSpec:
-    """The env's spec; ValueError unless its actions are a Box with finite bounds."""
-    spec = envs.config_spec(config)
-    if spec.discrete:
-        raise ValueError(
-            f"{algorithm} needs a continuous (Box) action space; env_id {config.env_id!r} has "
-            f"{spec.num_actions} discrete actions (use DQN, PPO, or SAC with discrete=True)"
-        )
-    if not (np.all(np.isfinite(spec.action_low)) and np.all(np.isfinite(spec.action_high))):
-        raise ValueError(f"{algorithm} scales actions to the Box bounds, which must be finite; "
-                         f"{config.env_id!r} has low={spec.action_low}, high={spec.action_high}")
-    return spec
 
 
 @struct.dataclass
@@ -164,7 +150,7 @@ def init(key: jax.Array, config: Config) -> State:
         params={"actor": actor_params},
         critic_params=critic_params,
         target_params={"actor": actor_params, "critic": critic_params},
-        opt_state={"actor": optim.init(optimizer, actor_params), "critic": optim.init(optimizer, critic_params)},
+        opt_state={"actor": optimizer.init(actor_params), "critic": optimizer.init(critic_params)},
         buffer=offpolicy.init_buffer(obs, action, config),
         env_state=env_state,
         obs=obs,

@@ -199,7 +199,7 @@ def init(key: jax.Array, config: Config) -> State:
     return State(
         params={"network": network_params},
         target_params=network_params,
-        opt_state=optim.init(make_optimizer(config), network_params),
+        opt_state=make_optimizer(config).init(network_params),
         buffer=offpolicy.init_buffer(obs, jnp.zeros(config.num_envs, jnp.int32), config, config.prioritized),
         env_state=env_state,
         obs=obs,
@@ -282,22 +282,18 @@ def sample(state: State, key: jax.Array, config: Config) -> dict:
     return offpolicy.sample(state.buffer, key, config, beta)
 
 
-def loss_fn(network_params, target_params, batch: dict, key: jax.Array, config: Config,
-            noise: jax.Array | None = None):
+def loss_fn(network_params, target_params, batch: dict, key: jax.Array, config: Config):
     """Weighted TD loss on a batch from :func:`sample`.
 
     Noisy nets take one noise sample for the online network, at ``s`` and at ``s'``
     (where double Q-learning picks the next action with it), and an independent one for
-    the target network, as in Hessel et al.'s Rainbow: ``noise [2, noise_size]`` (online,
-    target) from :func:`draw_noise`, or drawn from ``key`` when None.
+    the target network, as in Hessel et al.'s Rainbow, both drawn from ``key``.
 
     Returns ``(loss, (metrics, priority_error [B]))``; ``priority_error`` is the TD
     error (C51: the KL divergence from the projected target) that prioritized replay
     turns into priorities.
     """
-    if config.noisy and noise is None:
-        noise = draw_noise(key, config, (2,))
-    online_noise, target_noise = (None, None) if noise is None else noise
+    online_noise, target_noise = draw_noise(key, config, (2,)) if config.noisy else (None, None)
     rows = jnp.arange(config.batch_size)
     out = _network_out(network_params, batch["obs"], online_noise, config)[rows, batch["action"]]
     next_target = _network_out(target_params, batch["next_obs"], target_noise, config)
@@ -327,14 +323,14 @@ def loss_fn(network_params, target_params, batch: dict, key: jax.Array, config: 
     return loss, (metrics, jax.lax.stop_gradient(priority_error))
 
 
-def update(state: State, batch: dict, key: jax.Array, config: Config, noise: jax.Array | None = None):
+def update(state: State, batch: dict, key: jax.Array, config: Config):
     """One gradient step on ``batch`` (from :func:`sample`), then the target refresh
     every ``target_update_period`` updates and, with prioritized replay, the new
-    priorities of the sampled transitions. ``key`` and ``noise``: as in :func:`loss_fn`.
-    Returns ``(state, metrics)``."""
+    priorities of the sampled transitions. ``key``: noisy nets' noise (see
+    :func:`loss_fn`). Returns ``(state, metrics)``."""
     network_params, opt_state, _, (metrics, priority_error) = optim.step(
         make_optimizer(config), loss_fn, state.params["network"], state.opt_state, state.target_params, batch, key,
-        config, noise)
+        config)
     num_updates = state.updates + 1
     refresh = num_updates % config.target_update_period == 0
     target_params = offpolicy.polyak(state.target_params, network_params, jnp.where(refresh, config.tau, 0.0))
@@ -364,18 +360,10 @@ def step(state: State, key: jax.Array, config: Config):
     ``num_updates`` sampled updates. Metrics are averaged over the updates."""
     collect_key, update_key = jax.random.split(key)
     state, metrics = _collect(state, collect_key, config, epsilon(state.timesteps, config))
-    noise = None
-    if config.noisy:
-        # All the updates' noise in one draw before the update loop: drawn inside the
-        # loop body, XLA fuses the RNG into the consumers of the noise and recomputes
-        # it for every element of their [batch, features] arrays (about doubling the
-        # cost of an update).
-        update_key, noise_key = jax.random.split(update_key)
-        noise = draw_noise(noise_key, config, (config.num_updates, 2))
 
     def one_update(state, key, j):
         sample_key, loss_key = jax.random.split(key)
-        return update(state, sample(state, sample_key, config), loss_key, config, None if noise is None else noise[j])
+        return update(state, sample(state, sample_key, config), loss_key, config)
 
     state, learner_metrics = offpolicy.run_updates(state, one_update, update_key, config.num_updates)
     metrics.update(learner_metrics)

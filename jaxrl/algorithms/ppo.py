@@ -16,12 +16,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import struct
-from jax.flatten_util import ravel_pytree
 
 from jaxrl import loop, onpolicy, optim, returns, rollout
 from jaxrl.config import require_int, require_range, static
 from jaxrl.onpolicy import State, act, evaluate, make_env, make_network, policy_and_value
-from jaxrl.types import Trajectory, TrainOutput
+from jaxrl.types import TrainOutput, Trajectory
 
 __all__ = [  # the contract; act, evaluate, State ... are jaxrl.onpolicy's
     "Config", "State", "init", "act", "update", "step", "train", "evaluate", "make_env", "make_network",
@@ -139,25 +138,23 @@ def update(state: State, trajectory: Trajectory, key: jax.Array, config: Config)
     batch = jax.tree.map(lambda x: x.reshape((batch_size,) + x.shape[2:]), batch)
     optimizer = onpolicy.make_optimizer(config, config.num_epochs * config.num_minibatches)
     obs_stats = state.params["obs_stats"]
-    # The minibatch loop carries the raveled network (jaxrl.optim) and unravels it once.
-    flat_params, unflatten = ravel_pytree(state.params["network"])
 
     def minibatch_step(carry, minibatch):
-        flat_params, opt_state = carry
-        flat_params, opt_state, _, metrics = optim.step_flat(optimizer, loss_fn, flat_params, unflatten, opt_state,
-                                                             obs_stats, minibatch, config)
-        return (flat_params, opt_state), metrics
+        network_params, opt_state = carry
+        network_params, opt_state, _, metrics = optim.step(optimizer, loss_fn, network_params, opt_state,
+                                                           obs_stats, minibatch, config)
+        return (network_params, opt_state), metrics
 
     def epoch(carry, epoch_key):
         minibatches = onpolicy.shuffled_minibatches(epoch_key, batch, config.num_minibatches)
         return jax.lax.scan(minibatch_step, carry, minibatches)
 
-    (flat_params, opt_state), metrics = jax.lax.scan(
-        epoch, (flat_params, state.opt_state), jax.random.split(key, config.num_epochs)
+    (network_params, opt_state), metrics = jax.lax.scan(
+        epoch, (state.params["network"], state.opt_state), jax.random.split(key, config.num_epochs)
     )
     metrics = jax.tree.map(jnp.mean, metrics)
     metrics["learning_rate"] = onpolicy.current_learning_rate(opt_state)
-    state = state.replace(params={**state.params, "network": unflatten(flat_params)}, opt_state=opt_state)
+    state = state.replace(params={**state.params, "network": network_params}, opt_state=opt_state)
     return state, metrics
 
 

@@ -23,7 +23,6 @@ import optax
 from flax import struct
 
 from jaxrl import envs, evaluation, loop, offpolicy, optim, rollout
-from jaxrl.algorithms.ddpg import require_box_actions
 from jaxrl.config import freeze_mapping, require_network, require_range, static
 from jaxrl.distributions import Categorical, TanhNormal
 from jaxrl.networks import Actor, ContinuousQ, QNetwork, ensemble
@@ -79,7 +78,7 @@ class Config(offpolicy.ReplaySchedule):
             if spec.discrete:
                 raise ValueError(f"env_id {self.env_id!r} has {spec.num_actions} discrete actions: "
                                  "set discrete=True for SAC's categorical policy")
-            require_box_actions(self, "SAC")
+            offpolicy.require_box_actions(self, "SAC")
         require_network(self, spec.obs_shape)
         if self.network != "mlp" and not self.discrete:
             raise ValueError(f"network must be 'mlp' for continuous-action critics, got {self.network!r}")
@@ -171,7 +170,7 @@ def init(key: jax.Array, config: Config) -> State:
         critic_params=critic_params,
         target_params={"critic": critic_params},
         log_alpha=log_alpha,
-        opt_state={"actor": optim.init(optimizer, actor_params), "critic": optim.init(optimizer, critic_params),
+        opt_state={"actor": optimizer.init(actor_params), "critic": optimizer.init(critic_params),
                    "alpha": optimizer.init(log_alpha)},
         buffer=offpolicy.init_buffer(obs, action, config),
         env_state=env_state,
