@@ -197,15 +197,15 @@ def _last_finite(values):
 def train_command(args) -> int:
     import numpy as np
 
-    from jaxrl import algorithms, runner
+    from jaxrl import algorithms, metrics, runner
 
     module = algorithms.get(args.algorithm)
     config = make_config(module, args)
     _use_compilation_cache(args)
     if args.chunks < 1:
         raise UsageError(f"--chunks must be >= 1, got {args.chunks}")
-    num_iterations = module.program(config).num_iterations
-    total, counter = runner.budget(config)
+    program = module.program(config)
+    num_iterations, total, counter = program.num_iterations, program.budget, program.counter
     unit = "env step" if counter == "timesteps" else "update"
     print(f"{args.algorithm} on {config.env_id}: {args.seeds} seed(s) x {total:,} {unit}s (compiling...)", flush=True)
     try:
@@ -213,8 +213,9 @@ def train_command(args) -> int:
             module, config, seeds=args.seeds, seed=args.seed,
             chunk_iterations=runner.default_chunk_iterations(num_iterations, min(args.chunks, num_iterations)),
             logdir=args.logdir, loggers=args.loggers.split(",") if args.loggers else (),
-            checkpoint_every=args.checkpoint_every, resume=args.resume, target_return=args.target_return,
-            target_episodes=args.target_episodes, progress=not args.no_progress,
+            checkpoint_every=args.checkpoint_every, resume=args.resume, progress=not args.no_progress,
+            target=None if args.target_return is None else metrics.Target(args.target_return,
+                                                                          episodes=args.target_episodes),
         )
     except (ValueError, OSError) as error:
         # Raised before training: a config, a logdir or an input (e.g. a dataset file)
@@ -222,11 +223,11 @@ def train_command(args) -> int:
         raise UsageError(str(error)) from None
     print(f"compiled in {result.compile_seconds:.1f} s", flush=True)
 
-    metrics = result.metrics
-    columns = {"eval return": runner.latest_finite(metrics["eval_return"])}
-    if "episode_return" in metrics:  # learning from a dataset plays no training episodes
-        columns["train return"] = runner.latest_finite(metrics["episode_return"])
-    done = int(np.max(metrics[counter][:, -1])) if counter in metrics and metrics[counter].size else 0
+    rows = result.metrics
+    columns = {"eval return": metrics.latest_finite(rows["eval_return"])}
+    if "episode_return" in rows:  # learning from a dataset plays no training episodes
+        columns["train return"] = metrics.latest_finite(rows["episode_return"])
+    done = int(np.max(rows[counter][:, -1])) if counter in rows and rows[counter].size else 0
     steps_per_second = args.seeds * done / result.run_seconds if result.run_seconds else math.nan
     print()
     print(f"{'seed':>6}" + "".join(f"  {name:>12}" for name in columns))
@@ -244,7 +245,7 @@ def train_command(args) -> int:
         from jaxrl import plots
 
         path = os.path.join(args.logdir, "curves.png") if args.logdir else f"{args.algorithm}-{config.env_id}.png"
-        plots.plot_metrics({args.algorithm: metrics}, path, title=f"{args.algorithm} on {config.env_id}")
+        plots.plot_metrics({args.algorithm: rows}, path, title=f"{args.algorithm} on {config.env_id}")
         print(f"learning curves: {path}")
     if args.json:
         summary = {

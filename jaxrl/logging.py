@@ -14,6 +14,8 @@ from typing import Callable
 import jax
 import numpy as np
 
+from jaxrl.metrics import COUNTERS
+
 _sinks: list[Callable[[dict], None]] = []
 
 
@@ -91,8 +93,30 @@ def progress_bar(total_timesteps: int, description: str = "training", disable: b
 # ``iteration`` (whose env-step count is ``step``) when a run resumes from a checkpoint,
 # so a resumed run's logs read as if it had never stopped.
 
-# Monotonic counters: a row shows their last value, not a mean.
-COUNTERS = ("timesteps", "updates")
+LOGGER_NAMES = ("console", "csv", "jsonl", "tensorboard")
+
+
+def make_loggers(loggers, logdir: str | None) -> list:
+    """Logger objects for ``loggers``: names from :data:`LOGGER_NAMES` (file loggers
+    write into ``logdir`` and are skipped without one) or objects with ``write`` /
+    ``truncate`` / ``close``, passed through."""
+    import os
+
+    made = []
+    for logger in loggers:
+        if not isinstance(logger, str):
+            made.append(logger)
+        elif logger not in LOGGER_NAMES:
+            raise ValueError(f"unknown logger {logger!r}; choose from {', '.join(LOGGER_NAMES)} or pass a logger object")
+        elif logger == "console":
+            made.append(ConsoleLogger())
+        elif logdir is None:
+            continue
+        elif logger == "tensorboard":
+            made.append(TensorBoardLogger(os.path.join(logdir, "tensorboard")))
+        else:
+            made.append(FileLogger(os.path.join(logdir, f"metrics.{logger}")))
+    return made
 
 
 def seed_mean(values: np.ndarray) -> np.ndarray:

@@ -37,12 +37,18 @@ def run_if(pred: jax.Array, fn: Callable, operand):
     return jax.lax.while_loop(lambda carry: carry[0], body, (jnp.asarray(pred, bool), operand))[1]
 
 
+def no_inputs() -> tuple:
+    """The inputs of a program that learns from its env alone."""
+    return ()
+
+
 class Program(NamedTuple):
     """A training run, in the pieces that :func:`train` fuses into one scan and
-    :mod:`jaxrl.runner` drives in chunks. Every algorithm's ``program(config)`` builds one.
+    :mod:`jaxrl.runner` drives in chunks, and the facts about it that the runner needs.
+    Every algorithm's ``program(config)`` builds one.
 
     Attributes:
-      init: ``init(key) -> state``.
+      init: ``init(key, inputs) -> state``; ``inputs`` as :attr:`inputs` returns them.
       iteration: ``iteration(state, key, index) -> (state, metrics)``, iteration
         ``index`` (an int32 scalar from the scan: unbatched under ``vmap``, so branching
         on it with ``lax.cond`` skips work rather than masking it).
@@ -51,6 +57,14 @@ class Program(NamedTuple):
       num_evals: evaluations, spread evenly over the run; ``eval_return`` /
         ``eval_length`` are NaN between them.
       num_reports: progress reports (:func:`jaxrl.logging.report`) over the run.
+      counter: the metric that counts the run's progress: ``"timesteps"`` (env steps)
+        or ``"updates"`` (gradient updates, for learning from a fixed dataset).
+      budget: the ``counter``'s value the run is configured to reach.
+      inputs: ``inputs() -> pytree`` of arrays read on the host that ``init`` learns
+        from (behaviour cloning's dataset file); passed to ``init`` as an argument, so
+        they are data of the compiled program, not constants.
+      resumable: False where part of the run's state lives outside the pytree (an env
+        stepped on the host): a checkpoint then holds the agent, not the whole run.
     """
 
     init: Callable
@@ -59,6 +73,10 @@ class Program(NamedTuple):
     num_iterations: int
     num_evals: int
     num_reports: int
+    counter: str = "timesteps"
+    budget: int = 0
+    inputs: Callable = no_inputs
+    resumable: bool = True
 
 
 def iterate(program: Program, state, run_key: jax.Array, start, length: int):
@@ -80,8 +98,8 @@ def iterate(program: Program, state, run_key: jax.Array, start, length: int):
 
         # ``index`` comes from the scan, not from vmapped data, so this stays a real
         # branch (evaluation is skipped, not masked) under vmap over seeds or configs.
-        # Without evaluations there is no branch at all: a loop whose predicate is
-        # constantly false made XLA:CPU run A2C's whole iteration about 10x slower.
+        # Without evaluations there is no branch at all: XLA:CPU runs a body beside a
+        # loop whose predicate is constantly false much slower.
         nan = jnp.full((), jnp.nan, jnp.float32)
         metrics["eval_return"], metrics["eval_length"] = nan, nan
         if program.num_evals:
@@ -99,9 +117,11 @@ def iterate(program: Program, state, run_key: jax.Array, start, length: int):
     return jax.lax.scan(iteration, state, start + jnp.arange(length, dtype=jnp.int32))
 
 
-def train(program: Program, key: jax.Array) -> TrainOutput:
-    """``program.init`` then all ``program.num_iterations`` iterations in one
-    ``lax.scan``. Metric leaves are ``[num_iterations]``."""
+def train(program: Program, key: jax.Array, inputs=None) -> TrainOutput:
+    """``program.init`` on ``inputs`` (default: ``program.inputs()``), then all
+    ``program.num_iterations`` iterations in one ``lax.scan``. Metric leaves are
+    ``[num_iterations]``."""
     init_key, run_key = jax.random.split(key)
-    state, metrics = iterate(program, program.init(init_key), run_key, 0, program.num_iterations)
+    state = program.init(init_key, program.inputs() if inputs is None else inputs)
+    state, metrics = iterate(program, state, run_key, 0, program.num_iterations)
     return TrainOutput(state, metrics)

@@ -154,7 +154,7 @@ def train(algorithm, config, bounds: dict, population: int = 8, interval: int = 
         init_key, run_key, pbt_key = jax.random.split(key, 3)
 
         def member_init(member_key, member_config):
-            return module.program(member_config).init(member_key)
+            return module.program(member_config).init(member_key, ())
 
         states = jax.vmap(member_init, in_axes=(0, axes))(jax.random.split(init_key, population), configs)
         run_keys = jax.random.split(run_key, population)

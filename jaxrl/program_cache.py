@@ -2,8 +2,8 @@
 rerun skips tracing and lowering as well as XLA's compile.
 
 JAX's persistent cache is keyed by the lowered program, so every process still traces
-and lowers each program in Python before it can look the executable up: for DQN's
-training chunk on CartPole that is about 2 s of a 7 s rerun on 2 cores. While the
+and lowers each program in Python before it can look the executable up, a large part
+of a short rerun (the warm cells of ``benchmarks/time_to_solve.py``). While the
 persistent cache is on (``jax_compilation_cache_dir`` set, as ``python -m jaxrl train``
 does), :func:`prepare` saves each program it is given as a serialized
 ``jax.export.Exported`` in ``<cache dir>/jaxrl-programs/``; a later process loads that
@@ -12,7 +12,7 @@ instead of tracing, and compiling it finds XLA's executable in JAX's cache.
 An entry is found only by a key that covers everything the trace depends on: the
 caller's ``identity`` of the program (for the runner: the algorithm and every field of
 its config), the static arguments, the inputs' tree structure, shapes, dtypes and weak
-types, jaxrl's source as imported (a hash of every module, taken by ``import jaxrl``),
+types, jaxrl's source (a hash of every module, taken when this module is imported),
 the versions of jaxrl and of the packages traced through, Python's version, the backend
 and the current value of every JAX setting but ``jax_compilation_cache_max_size``.
 Programs with host callbacks cannot be serialized and are traced every time, as are
@@ -67,8 +67,8 @@ def _source_digest() -> bytes | None:
     return digest.digest() if found else None
 
 
-# Taken on import (``jaxrl`` imports this module): the code a process runs is the code it
-# imported, even if the files change afterwards.
+# Taken when the runner first imports this module, as near to jaxrl's own import as
+# nothing else needs: later edits to the files then disable the cache (see directory).
 SOURCE = _source_digest()
 
 
@@ -107,7 +107,7 @@ def _environment() -> bytes:
     # The memory a replay buffer may take is checked while tracing (buffers.memory_limit).
     from jaxrl.buffers.replay import memory_limit
 
-    machine = (FORMAT, jax.default_backend(), memory_limit(), os.environ.get("JAXRL_NO_XLA_SETTINGS", ""))
+    machine = (FORMAT, jax.default_backend(), memory_limit())
     return SOURCE + _versions() + repr(settings).encode() + repr(machine).encode()
 
 

@@ -92,7 +92,7 @@ def on_devices() -> tuple[dict, dict]:
 
 # A program whose state has no env batch (as behaviour cloning's, which learns from a
 # dataset): data parallelism has nothing to split.
-PROGRAM_WITHOUT_ENVS = loop.Program(init=lambda key: {"params": jax.random.normal(key, (2,))},
+PROGRAM_WITHOUT_ENVS = loop.Program(init=lambda key, inputs: {"params": jax.random.normal(key, (2,))},
                                     iteration=None, evaluate=None, num_iterations=1, num_evals=0, num_reports=0)
 
 
@@ -108,8 +108,8 @@ def bad_input(keys) -> dict:
     return {
         "num_envs": error(lambda: distributed.train_data_parallel("ppo", CONFIG.replace(num_envs=6), keys[0])),
         "env_batch_traced": error(lambda: jax.eval_shape(
-            distributed.data_parallel(ppo.program(CONFIG.replace(num_envs=6))).init, keys[0])),
-        "no_env_batch": error(lambda: jax.eval_shape(distributed.data_parallel(PROGRAM_WITHOUT_ENVS).init, keys[0])),
+            distributed.data_parallel(ppo.program(CONFIG.replace(num_envs=6))).init, keys[0], ())),
+        "no_env_batch": error(lambda: jax.eval_shape(distributed.data_parallel(PROGRAM_WITHOUT_ENVS).init, keys[0], ())),
         "keys": error(lambda: distributed.train_seeds("ppo", CONFIG, jax.random.key(0))),
         "swept_config": error(lambda: distributed.train_seeds("ppo", CONFIG.replace(gamma=jnp.ones(2)), keys)),
         "mesh": error(lambda: distributed.train_seeds("ppo", CONFIG, keys, mesh=jax.devices())),

@@ -19,7 +19,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxrl import logging as jaxrl_logging, loop, program_cache, runner
+from jaxrl import logging as jaxrl_logging, loop, metrics, program_cache, runner
 from jaxrl.algorithms import bc, ppo
 from test_runner import leaves, small_bc_run
 
@@ -87,9 +87,9 @@ def test_a_rerun_loads_its_programs_and_equals_the_traced_run(traced_runs, cache
     assert_same_run(again, traced_runs[1e-3])
 
     runner._cached_programs.cache_clear()  # a loaded chunk still names its metrics
-    with pytest.raises(ValueError, match="target_metric 'no_such_metric' is not a metric of ppo"):
+    with pytest.raises(ValueError, match="target metric 'no_such_metric' is not a metric of ppo"):
         runner.run("ppo", make_config(learning_rate=1e-3), seeds=SEEDS, chunk_iterations=CHUNK,
-                   target_return=0.0, target_metric="no_such_metric")
+                   target=metrics.Target(0.0, metric="no_such_metric"))
 
     # Same shapes, another learning rate: its own entries, its own result.
     other = fresh_run(make_config(learning_rate=3e-3))
@@ -240,7 +240,6 @@ def test_identity_leaves_out_what_it_cannot_describe():
 
     assert runner._program_identity(ppo, make_config()).startswith(
         "jaxrl.algorithms.ppo jaxrl.algorithms.ppo.Config[('env_id', 'CartPole-v1')")
-    assert runner._program_identity(ppo, make_config(env_id="gymnasium:CartPole-v1")) is None
     assert runner._program_identity(dqn, dqn.Config(learning_rate=np.float32(1e-3))) is None  # not plain data
 
     @struct.dataclass

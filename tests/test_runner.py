@@ -20,7 +20,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxrl import cli, logging as jaxrl_logging, runner
+from jaxrl import cli, logging as jaxrl_logging, metrics, runner
 from jaxrl.algorithms import a2c, dqn, ppo
 from jaxrl.checkpoint import Checkpoints
 
@@ -63,23 +63,23 @@ def test_aggregate_against_a_python_loop():
     values = rng.normal(size=(3, 10)).astype(np.float32)
     values[rng.random((3, 10)) < 0.4] = np.nan
     values[:, 4:6] = np.nan  # a whole window without a value
-    metrics = {"episode_return": values, "timesteps": np.arange(1, 31).reshape(3, 10) * 7,
-               "per_env": np.zeros((3, 10, 4))}
-    rows = runner.aggregate(metrics, every=3)
+    chunk = {"episode_return": values, "timesteps": np.arange(1, 31).reshape(3, 10) * 7,
+             "per_env": np.zeros((3, 10, 4))}
+    rows = metrics.aggregate(chunk, every=3)
     assert set(rows) == {"episode_return", "timesteps"}  # non-scalar metrics are dropped
     for seed in range(3):
         for row, start in enumerate(range(0, 10, 3)):
             window = [float(v) for v in values[seed, start:start + 3] if not math.isnan(v)]
             expected = sum(window) / len(window) if window else math.nan
             assert rows["episode_return"][seed, row] == pytest.approx(expected, nan_ok=True)
-            assert rows["timesteps"][seed, row] == metrics["timesteps"][seed, min(start + 3, 10) - 1]
+            assert rows["timesteps"][seed, row] == chunk["timesteps"][seed, min(start + 3, 10) - 1]
 
 
 def test_aggregate_averages_episode_metrics_over_episodes():
     rng = np.random.default_rng(1)
     episodes = rng.integers(0, 4, size=(2, 9))
     returns = np.where(episodes > 0, rng.normal(size=(2, 9)), np.nan)
-    rows = runner.aggregate({"episode_return": returns, "episodes": episodes}, every=4)
+    rows = metrics.aggregate({"episode_return": returns, "episodes": episodes}, every=4)
     for seed in range(2):
         for row, start in enumerate(range(0, 9, 4)):
             counts, values = episodes[seed, start:start + 4], returns[seed, start:start + 4]
@@ -94,7 +94,7 @@ def test_recent_episode_return_against_a_python_loop(window):
     rng = np.random.default_rng(window)
     episodes = rng.integers(0, 5, size=(3, 30))
     returns = np.where(episodes > 0, rng.normal(size=(3, 30)) * 50, np.nan)
-    recent = runner.recent_episode_return(returns, episodes, window)
+    recent = metrics.recent_episode_return(returns, episodes, window)
     for seed in range(3):
         for row in range(30):
             count, total, start = 0, 0.0, row
@@ -117,7 +117,7 @@ def test_default_chunk_iterations_prefers_a_divisor():
 
 def test_latest_finite():
     values = np.array([[1.0, np.nan, 3.0, np.nan], [np.nan] * 4, [5.0, 6.0, 7.0, 8.0]])
-    np.testing.assert_array_equal(runner.latest_finite(values), [3.0, np.nan, 8.0])
+    np.testing.assert_array_equal(metrics.latest_finite(values), [3.0, np.nan, 8.0])
 
 
 # ----------------------------------------------------------------------------- a run
@@ -208,10 +208,10 @@ def test_load_run_reads_back_the_metrics(ppo_run):
     from jaxrl import plots
 
     logdir, result = ppo_run
-    meta, metrics = plots.load_run(str(logdir))
+    meta, rows = plots.load_run(str(logdir))
     assert meta["algorithm"] == "ppo" and meta["seeds"] == SEEDS
-    np.testing.assert_allclose(metrics["eval_return"], result.metrics["eval_return"], rtol=1e-6)
-    np.testing.assert_array_equal(metrics["iteration"][0], result.iterations)
+    np.testing.assert_allclose(rows["eval_return"], result.metrics["eval_return"], rtol=1e-6)
+    np.testing.assert_array_equal(rows["iteration"][0], result.iterations)
 
 
 def test_confidence_band_contains_the_mean_and_narrows_with_agreement():
@@ -252,7 +252,7 @@ def test_a_second_run_of_a_config_compiles_nothing(ppo_run):
 def test_target_return_stops_early_and_saves(tmp_path):
     config = make_config("ppo")
     result = runner.run("ppo", config, seeds=SEEDS, chunk_iterations=CHUNK, metrics_every=2,
-                        logdir=str(tmp_path / "run"), checkpoint_every=4, target_return=1.0)
+                        logdir=str(tmp_path / "run"), checkpoint_every=4, target=1.0)
     assert result.stopped_early and result.completed == CHUNK  # the first evaluation is at iteration 8
     with Checkpoints(tmp_path / "run" / "checkpoints") as checkpoints:
         assert checkpoints.steps() == [CHUNK]  # the stop saved, though 4 chunks had not passed
@@ -262,11 +262,13 @@ def test_target_episodes_checks_the_recent_training_episodes():
     # Random CartPole episodes last about 20 steps, so the first chunk (512 env steps
     # per seed) finishes more than 10 episodes with returns above 5 but none reaches 100.
     config = make_config("ppo")
-    result = runner.run("ppo", config, seeds=SEEDS, chunk_iterations=CHUNK, target_return=5.0, target_episodes=10)
+    result = runner.run("ppo", config, seeds=SEEDS, chunk_iterations=CHUNK,
+                        target=metrics.Target(5.0, episodes=10))
     assert result.stopped_early and result.completed == CHUNK
-    recent = runner.recent_episode_return(result.metrics["episode_return"], result.metrics["episodes"], 10)
+    recent = metrics.recent_episode_return(result.metrics["episode_return"], result.metrics["episodes"], 10)
     assert np.all(recent[:, -1] >= 5.0)
-    result = runner.run("ppo", config, seeds=SEEDS, chunk_iterations=CHUNK, target_return=100.0, target_episodes=10)
+    result = runner.run("ppo", config, seeds=SEEDS, chunk_iterations=CHUNK,
+                        target=metrics.Target(100.0, episodes=10))
     assert not result.stopped_early and result.completed == 32
 
 
@@ -300,24 +302,26 @@ def test_a_checkpoint_of_another_structure_is_a_clear_error(ppo_run, tmp_path):
     ({"checkpoint_every": 1}, "need a logdir"),
     ({"resume": True}, "need a logdir"),
     ({"seeds": 0}, "seeds must be an int >= 1"),
-    ({"target_return": 1.0, "target_episodes": 0}, "target_episodes must be an int >= 1"),
+    ({"target": {"value": 1.0, "episodes": 0}}, "target episodes must be an int >= 1"),
     ({"loggers": ("console", "wandb")}, "unknown logger 'wandb'"),
-    ({"dataset": {"obs": np.zeros(3)}}, "ppo does not learn from a dataset"),
+    ({"dataset": {"obs": np.zeros(3)}}, "ppo learns from its env alone"),
     ({"resume": True, "logdir": "x", "config": ppo.Config(env_id="gymnasium:CartPole-v1")},
-     "resume is not supported for host envs"),
+     "cannot be resumed: part of its state lives on the host"),
 ])
 def test_bad_arguments_are_clear_errors(kwargs, message, tmp_path):
     if kwargs.get("logdir") == "x":
         kwargs["logdir"] = str(tmp_path / "x")
     config = kwargs.pop("config", make_config("ppo"))
     with pytest.raises((ValueError, TypeError), match=message):
+        if isinstance(kwargs.get("target"), dict):
+            kwargs["target"] = metrics.Target(**kwargs["target"])
         runner.run("ppo", config, **kwargs)
 
 
 def test_an_unknown_target_metric_is_a_clear_error():
-    with pytest.raises(ValueError, match="target_metric 'eval_retrun' is not a metric of ppo; its metrics: .*eval_return"):
-        runner.run("ppo", make_config("ppo"), seeds=SEEDS, chunk_iterations=CHUNK, target_return=1.0,
-                   target_metric="eval_retrun")
+    with pytest.raises(ValueError, match="target metric 'eval_retrun' is not a metric of ppo; its metrics: .*eval_return"):
+        runner.run("ppo", make_config("ppo"), seeds=SEEDS, chunk_iterations=CHUNK,
+                   target=metrics.Target(1.0, metric="eval_retrun"))
 
 
 # ----------------------------------------------------------------------------- crashes

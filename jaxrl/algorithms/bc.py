@@ -121,7 +121,7 @@ def init(key: jax.Array, config: Config, dataset: data.Dataset) -> State:
         "network": make_network(config).init(key, jnp.zeros((1,) + spec.obs_shape, jnp.float32)),
         "obs_stats": envs.running_stats_update(envs.running_stats_init(spec.obs_shape), dataset.obs),
     }
-    return State(params=params, opt_state=optim.init(make_optimizer(config), params["network"]),
+    return State(params=params, opt_state=make_optimizer(config).init(params["network"]),
                  dataset=dataset, updates=jnp.zeros((), jnp.int32))
 
 
@@ -211,17 +211,16 @@ def evaluate(params: dict, key: jax.Array, config: Config) -> evaluation.EvalRes
     return evaluation.evaluate_config(act, params, key, config)
 
 
-def program(config: Config, dataset: data.Dataset | None = None) -> loop.Program:
-    """The run as a :class:`jaxrl.loop.Program`: ``init`` on ``dataset`` (or the file
-    at ``config.dataset_path``, read when ``init`` runs) then ``num_updates`` of :func:`step`."""
-
-    def init_run(key):
-        return init(key, config, load_config_dataset(config) if dataset is None else dataset)
-
+def program(config: Config) -> loop.Program:
+    """The run as a :class:`jaxrl.loop.Program`: ``init`` on its ``inputs`` (the dataset,
+    read from ``config.dataset_path`` on the host unless one is passed in) then
+    ``num_updates`` of :func:`step`, counted in ``updates``."""
     return loop.Program(
-        init=init_run, iteration=lambda state, key, index: step(state, key, config),
+        init=lambda key, dataset: init(key, config, dataset),
+        iteration=lambda state, key, index: step(state, key, config),
         evaluate=functools.partial(evaluate, config=config),
         num_iterations=config.num_updates, num_evals=config.num_evals, num_reports=config.num_reports,
+        counter="updates", budget=config.num_updates, inputs=functools.partial(load_config_dataset, config),
     )
 
 
@@ -245,4 +244,4 @@ def train(key: jax.Array, config: Config, dataset: data.Dataset | None = None) -
     argument). Metrics leaves are ``[num_updates]``: those of :func:`step`, plus
     ``eval_return`` / ``eval_length`` (NaN except at the ``num_evals`` evaluation points).
     """
-    return loop.train(program(config, dataset), key)
+    return loop.train(program(config), key, dataset)
