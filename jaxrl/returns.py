@@ -198,9 +198,7 @@ def categorical_projection(probs: Array, reward: Array, discount: Array, support
     upper_share = position - lower                           # in [0, 1]
     lower = lower.astype(jnp.int32)
     rows = jnp.arange(probs.shape[0])[:, None]
-    # Two scatter-adds of B * K shares. A dense [B, K, K] matrix of interpolation weights
-    # does K times the work, and XLA fuses the producers of reward and discount (the
-    # n-step sums) into it and recomputes them for every element: about 10% of a Rainbow
-    # iteration over 5 vmapped seeds, against 1-2% for the scatters.
+    # Two scatter-adds of B * K shares: a dense [B, K, K] matrix of interpolation weights
+    # does K times the work, and XLA fuses the n-step sums into it, recomputed per element.
     target = jnp.zeros_like(probs).at[rows, lower].add(probs * (1.0 - upper_share))
     return target.at[rows, lower + 1].add(probs * upper_share)

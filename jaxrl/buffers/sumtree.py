@@ -6,8 +6,8 @@ the number of items; unused leaves stay zero). Node ``i`` of level ``d`` has chi
 ``i * B .. i * B + B - 1`` on level ``d + 1``. A wide branching factor ``B`` keeps the
 tree shallow, so an update touches ``depth`` small slices and sampling descends
 ``depth`` levels for the whole batch at once (each step a ``[batch, B]`` gather of
-sibling rows); one array per level keeps every write small. ``B = 8`` measured fastest
-on CPU: with 16 children XLA emits a much slower fused step.
+sibling rows); one array per level keeps every write small. ``B = 8``: with 16 children
+XLA emits a much slower fused step.
 """
 
 from __future__ import annotations
@@ -59,8 +59,7 @@ def update(tree: SumTree, index: jax.Array, values: jax.Array) -> SumTree:
     node = index
     for d in range(len(levels) - 2, -1, -1):
         node = node // branching
-        # One gather of whole sibling rows: on CPU about twice as fast as gathering
-        # B computed indices per node.
+        # One gather of whole sibling rows rather than B computed indices per node.
         children = levels[d + 1].reshape(-1, branching)[node]
         levels[d] = levels[d].at[node].set(children.sum(axis=-1))
     return tuple(levels)
