@@ -29,8 +29,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
+from collections.abc import Sequence
 from types import ModuleType
-from typing import Any, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -113,10 +114,11 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, logdi
     restored = directory.restore({"state": state, "run_keys": run_keys}) if directory else None
     if restored is not None:
         (state, run_keys), completed, history = (restored[0]["state"], restored[0]["run_keys"]), *restored[1:]
-    done = int(np.max(history[program.counter][:, -1])) if history and program.counter in history else 0
+    counted = bool(history) and program.counter in history
+    done = int(np.max(history[program.counter][:, -1])) if counted else 0
     if resume:  # rows logged after the restored point (or all, if none) are written again
         for logger in loggers:
-            logger.truncate(completed, done if history and program.counter in history else completed)
+            logger.truncate(completed, done if counted else completed)
     if target is not None and completed < program.num_iterations:
         _check_target(name, target, programs.metric_names(state, run_keys, chunk_iterations))
     compile_seconds, run_seconds = time.perf_counter() - start, 0.0
@@ -132,23 +134,20 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, logdi
                 compile_seconds += time.perf_counter() - start
                 start = time.perf_counter()
                 state, chunk_metrics = chunk(state, run_keys, jnp.int32(completed))
-                rows = metrics.aggregate(jax.device_get(chunk_metrics), metrics_every)
+                rows = _rows(jax.device_get(chunk_metrics), completed, metrics_every)
                 run_seconds += time.perf_counter() - start
-                row_ends = np.minimum(np.arange(metrics_every, length + metrics_every, metrics_every), length)
-                rows["iteration"] = np.broadcast_to(completed + row_ends, (seeds, len(row_ends)))
                 completed, chunks_run = completed + length, chunks_run + 1
-                history = rows if history is None else {k: np.concatenate([history[k], rows[k]], axis=1)
-                                                        for k in history}
+                history = rows if history is None else {k: np.concatenate([history[k], v], axis=1)
+                                                        for k, v in rows.items()}
                 for logger in loggers:
                     logger.write(rows["iteration"][0], {k: v for k, v in rows.items() if k != "iteration"})
                 if program.counter in rows:
-                    returns = rows.get("episode_return")
                     show_progress({program.counter: rows[program.counter][:, -1],
-                                   "episode_return": np.nan if returns is None else metrics.latest_finite(returns)})
+                                   "episode_return": metrics.latest_finite(rows.get("episode_return", [[np.nan]]))})
                 stopped_early = target is not None and target.reached(history)
-                if directory and directory.wants_checkpoint(chunks_run, completed >= program.num_iterations
-                                                            or stopped_early):
-                    latest_eval = metrics.latest_finite(rows["eval_return"]) if "eval_return" in rows else np.nan
+                if directory and directory.wants_checkpoint(chunks_run, stopped_early or
+                                                            completed >= program.num_iterations):
+                    latest_eval = metrics.latest_finite(rows.get("eval_return", [[np.nan]]))
                     directory.save(completed, {"state": state, "run_keys": run_keys}, history,
                                    float(np.mean(latest_eval)))
     finally:
@@ -159,6 +158,16 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, logdi
     history = history or {}
     iterations = history.pop("iteration", np.zeros((seeds, 0), np.int64))[0]
     return RunResult(state, history, iterations, completed, stopped_early, compile_seconds, run_seconds)
+
+
+def _rows(chunk_metrics: dict, completed: int, every: int) -> dict:
+    """A chunk's metrics ``[S, length]`` as rows of ``every`` iterations, with the
+    ``iteration`` each row ends at."""
+    rows = metrics.aggregate(chunk_metrics, every)
+    length = next(iter(chunk_metrics.values())).shape[1]
+    ends = np.minimum(np.arange(every, length + every, every), length)
+    rows["iteration"] = np.broadcast_to(completed + ends, (next(iter(rows.values())).shape[0], len(ends)))
+    return rows
 
 
 def default_chunk_iterations(num_iterations: int, chunks: int = 20) -> int:
@@ -265,8 +274,8 @@ class _Programs:
     def _prepare_chunk(self, state, run_keys, length):
         # Abstract inputs: arrays a computation made are committed to their device,
         # which program_cache does not key on.
-        template = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=getattr(x, "weak_type", False)),
-                                (state, run_keys))
+        template = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=getattr(x, "weak_type", False)), (state, run_keys))
         return self._prepare("chunk", self._chunk, (*template, jnp.int32(0)), (length,), donate_argnums=(0,))
 
 
