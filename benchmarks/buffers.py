@@ -65,15 +65,18 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
-import platform
-import shlex
 import sys
 import time
 
-from _harness import (add_common_arguments, add_peer_arguments, markdown_table, measure_and_emit, measure_in_child,
-                      peer_missing, phase, text_table, write_markdown)
-
+from _harness import (
+    add_common_arguments,
+    measure_and_emit,
+    measure_in_child,
+    measure_plan,
+    peer_missing,
+    phase,
+    report,
+)
 
 NUM_ENVS = 8
 SAMPLE_BATCH = 256
@@ -343,7 +346,6 @@ def child_main(args):
     impl, obs_kind, capacity = args.one[0], args.one[1], int(args.one[2])
     measure_and_emit({"impl": impl, "obs": obs_kind, "capacity": capacity},
                      lambda jax: measure(jax, impl, obs_kind, capacity, args),
-                     jaxrl_settings=not impl.startswith("fbx") or args.peer_with_jaxrl_settings,
                      packages=("flashbax",) if impl.startswith("fbx") else ())
 
 
@@ -352,7 +354,7 @@ def child_main(args):
 
 def _measure(args, impl, obs_kind, capacity):
     return measure_in_child(__file__, {"impl": impl, "obs": obs_kind, "capacity": capacity}, args,
-                            ("iterations", "runs", "min_time", "peer_with_jaxrl_settings"))
+                            ("iterations", "runs", "min_time"))
 
 
 def _derive(results):
@@ -402,81 +404,33 @@ def _rows(results):
     return rows
 
 
-def _notes(results, command, args, peer_note):
-    info = next((r["machine"] for r in results if "machine" in r), {})
-    fbx_version = next((r["machine"]["flashbax"] for r in results if "flashbax" in r.get("machine", {})), None)
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = "?"
-    loads = [r["loadavg_before"][0] for r in results if r.get("loadavg_before")]
-    lines = [
-        f"command: {command}",
-        f"python {platform.python_version()}, {platform.platform()}, cpu count {os.cpu_count()} (usable {usable}); "
-        f"load average (1 min) before the measurements: {min(loads, default=float('nan')):.2f} to "
-        f"{max(loads, default=float('nan')):.2f}",
-        f"jax {info.get('jax', '?')}, jaxlib {info.get('jaxlib', '?')}, backend {info.get('backend', '?')}; "
-        f"flashbax {fbx_version or '-'}",
+def _notes(args, peer_note):
+    return ([peer_note] if peer_note else []) + [
         f"add: {NUM_ENVS} transitions per call; sample: batch {SAMPLE_BATCH}; update: {SAMPLE_BATCH} TD errors per "
         f"call; items/s = items per call / seconds per call, the fastest of {args.runs} runs, each >= "
         f"{args.min_time} s of calls of a jitted lax.scan of {args.iterations} iterations",
         "image: obs 84x84 uint8, no next_obs (memory); vector: obs and next_obs 4 float32; "
         "plus action int32, reward float32, terminated/truncated bool",
         "fbx-flat / fbx-per-flat samples are pairs of consecutive transitions (2 transitions read per item)",
-        "jaxrl runs under the XLA settings jaxrl applies on import (jaxrl/_xla.py); flashbax under "
-        + ("the same settings (--peer-with-jaxrl-settings)" if args.peer_with_jaxrl_settings else "JAX's defaults"),
         "jaxrl/this: jaxrl's items/s over this buffer's (jaxrl uniform for fbx-item/flat, jaxrl-per for fbx-per-* "
         "and bare-copy); > 1: jaxrl faster",
         f"{BARE}: no buffer: sample = 256 uniform random indices + a gather of those rows of every leaf; add = 8 "
-        "rows written at a rotating position (jaxrl's XLA settings); a ceiling for image observations (the copy is "
-        "memory-bound), not for vector ones",
+        "rows written at a rotating position; a ceiling for image observations (the copy is memory-bound), not for "
+        "vector ones",
     ]
-    if loads and max(loads) > (os.cpu_count() or 1):
-        lines.append(f"WARNING: the load average exceeded the {os.cpu_count()} CPUs before some measurements: "
-                     "other processes competed for the CPU, so throughputs are noisy (compare ratios, not absolutes)")
-    if peer_note:
-        lines.append(peer_note)
-    return lines
 
 
 def parent_main(args):
-    command = shlex.join(["python"] + sys.argv)
     peer_note = peer_missing("flashbax", args.no_peers)
     impls = [*JAXRL_IMPLS, BARE] + ([] if peer_note else [i for i in FBX_IMPLS if i.split("-")[-1] in args.fbx_layouts])
-
     plan = [(impl, obs, cap) for cap in args.capacities for obs in args.obs for impl in impls]
-    results = []
-    for n, (impl, obs, cap) in enumerate(plan, 1):
-        print(f"[{n}/{len(plan)}] {impl} {obs} {cap:,} ...", file=sys.stderr, flush=True)
-        start = time.perf_counter()
-        result = _measure(args, impl, obs, cap)
-        results.append(result)
-        if "error" in result:
-            status = result["error"]
-        else:
-            status = ", ".join(f"{op} {NUM_ENVS if op == 'add' else SAMPLE_BATCH} / "
-                               f"{min(result[op]['seconds_per_iter']) * 1e6:.1f} us"
-                               for op in ("add", "sample", "update") if op in result)
-        print(f"    {status} (wall {time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
+    results = measure_plan(plan, lambda item: _measure(args, *item),
+                           label=lambda item: f"{item[0]} {item[1]} {item[2]:,}")
     _derive(results)
-    rows = _rows(results)
     title = (f"Replay-buffer throughput, {NUM_ENVS} envs per add, sample batch {SAMPLE_BATCH}, "
              f"capacities {', '.join(f'{c:,}' for c in args.capacities)}")
-    notes = _notes(results, command, args, peer_note)
-    errors = [f"{r['impl']} {r['obs']} {r['capacity']:,}: {r['error']}" for r in results if "error" in r]
-    print()
-    print(title)
-    print()
-    print(text_table(HEADERS, rows, left=(0, 1)))
-    print()
-    for line in errors:
-        print("error: " + line)
-    for line in notes:
-        print(line)
-    if args.markdown:
-        md = [f"## {title}", "", markdown_table(HEADERS, rows), ""]
-        md += [f"- error: {line}" for line in errors] + [f"- {line}" for line in notes]
-        write_markdown(args.markdown, md, results)
+    errors = [f"error: {r['impl']} {r['obs']} {r['capacity']:,}: {r['error']}" for r in results if "error" in r]
+    report(title, HEADERS, _rows(results), errors + _notes(args, peer_note), results, args.markdown, left=(0, 1))
     return 0 if any(r["impl"].startswith("jaxrl") and "error" not in r for r in results) else 1
 
 
@@ -489,7 +443,7 @@ def main(argv=None):
                         help="observation kinds (default: both)")
     parser.add_argument("--quick", action="store_true",
                         help="capacities 10k and 100k (unless --capacities), 1 run of >= 0.2 s per operation")
-    add_peer_arguments(parser, "flashbax")
+    parser.add_argument("--no-peers", action="store_true", help="measure jaxrl only, even if flashbax is installed")
     parser.add_argument("--fbx-layouts", nargs="+", choices=("item", "flat"), default=["item", "flat"],
                         help="flashbax buffers to measure (default: item flat)")
     parser.add_argument("--iterations", type=int, default=None,

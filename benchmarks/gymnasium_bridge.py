@@ -17,22 +17,33 @@ Each measurement runs in a fresh subprocess with JAX's persistent compilation ca
   episodes) on ``gymnasium:CartPole-v1`` and on gymnax's ``CartPole-v1`` for
   ``--total-timesteps``: compile time and steps/s of the compiled run, and their ratio.
 
-The run time is the fastest of ``--runs`` runs of the compiled function (compile time
-reported separately).
+The run time is the fastest of ``--runs`` runs of the compiled function (the fastest,
+because on a shared machine the others are slowed by other work), the compile time
+reported apart from it.
 """
 
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 import time
 
-from _harness import (add_common_arguments, derive_timing, fmt, machine_lines, markdown_table, measure_and_emit,
-                      measure_in_child, parse_arguments, phase, seed_list, text_table, time_compiled,
-                      write_markdown)
+from _harness import (
+    add_common_arguments,
+    derive_timing,
+    fmt,
+    measure_and_emit,
+    measure_in_child,
+    measure_plan,
+    phase,
+    report,
+    time_compiled,
+)
 
 GYM_ID = "CartPole-v1"
+LABELS = {"bridge": "bridge: scan of vmap(env.step)", "python": "Python loop over the vector env",
+          "ppo-bridge": "PPO on gymnasium:CartPole-v1", "ppo-gymnax": "PPO on gymnax CartPole-v1"}
+PEER = {"bridge": "python", "ppo-bridge": "ppo-gymnax"}  # what each bridged row is compared with
 
 
 # ============================================================================ child side
@@ -57,9 +68,8 @@ def step_bridge(jax, args, num_envs):
 
         return jax.lax.scan(one_step, (state, jnp.zeros(())), jax.random.split(run_key, args.steps))[0][1]
 
-    lower_s, compile_s, run_times, _, others = time_compiled(jax, run, (jax.random.key(args.seed),), args.runs)
-    return dict(lower_s=lower_s, compile_s=compile_s, run_times=run_times, other_cpu=others, seeds=1,
-                steps_per_seed=args.steps * num_envs)
+    timing, _ = time_compiled(jax, run, (jax.random.key(args.seed),), args.runs)
+    return dict(timing, steps_per_seed=args.steps * num_envs)
 
 
 def step_python(args, num_envs):
@@ -79,18 +89,20 @@ def step_python(args, num_envs):
             vector_env.step(rng.integers(0, 2, num_envs))
         run_times.append(time.perf_counter() - start)
     vector_env.close()
-    return dict(lower_s=0.0, compile_s=0.0, run_times=run_times, seeds=1, steps_per_seed=args.steps * num_envs)
+    return dict(compile_s=0.0, run_times=run_times, steps_per_seed=args.steps * num_envs)
 
 
 def train_ppo(jax, args, env_id):
+    import numpy as np
+
     from jaxrl.algorithms import ppo
 
     config = ppo.Config(env_id=env_id, total_timesteps=args.total_timesteps, num_reports=0)
-    lower_s, compile_s, run_times, out, others = time_compiled(jax, ppo.train, (jax.random.key(args.seed), config),
-                                                               args.runs)
-    evals = [float(x) for x in out.metrics["eval_return"] if x == x]
-    return dict(lower_s=lower_s, compile_s=compile_s, run_times=run_times, other_cpu=others, seeds=1,
-                steps_per_seed=int(out.state.timesteps), final_eval_return=evals[-1] if evals else None)
+    timing, out = time_compiled(jax, ppo.train, (jax.random.key(args.seed), config), args.runs)
+    evals = np.asarray(out.metrics["eval_return"])
+    evals = evals[np.isfinite(evals)]
+    return dict(timing, steps_per_seed=int(out.state.timesteps),
+                final_eval_return=float(evals[-1]) if evals.size else None)
 
 
 def child_main(args):
@@ -103,33 +115,24 @@ def child_main(args):
             return step_python(args, num_envs)
         return train_ppo(jax, args, ("gymnasium:" if kind == "ppo-bridge" else "") + GYM_ID)
 
-    measure_and_emit({"kind": kind, "envs": num_envs}, measure, jaxrl_settings=True, packages=("gymnax", "gymnasium"))
+    measure_and_emit({"kind": kind, "envs": num_envs}, measure, packages=("gymnax", "gymnasium"))
 
 
 # ============================================================================ parent side
 
 
-LABELS = {"bridge": "bridge: scan of vmap(env.step)", "python": "Python loop over the vector env",
-          "ppo-bridge": "PPO on gymnasium:CartPole-v1", "ppo-gymnax": "PPO on gymnax CartPole-v1"}
-
-
 def parent_main(args):
-    command = shlex.join(["python"] + sys.argv)
     plan = [(kind, n) for n in args.envs for kind in ("bridge", "python")]
     if args.total_timesteps:
         plan += [("ppo-bridge", 4), ("ppo-gymnax", 4)]
-    results = []
-    for index, (kind, num_envs) in enumerate(plan, 1):
-        print(f"[{index}/{len(plan)}] {LABELS[kind]}, {num_envs} envs ...", file=sys.stderr, flush=True)
-        result = measure_in_child(__file__, {"kind": kind, "envs": num_envs}, args,
-                                  ("steps", "total_timesteps", "seed", "runs"))
-        results.append(result)
-        print("    " + (result.get("error") or "runs " + ", ".join(f"{t:.2f}s" for t in result["run_times"])),
-              file=sys.stderr, flush=True)
+    results = measure_plan(
+        plan, lambda item: measure_in_child(__file__, {"kind": item[0], "envs": item[1]}, args,
+                                            ("steps", "total_timesteps", "seed", "runs")),
+        label=lambda item: f"{LABELS[item[0]]}, {item[1]} envs")
     derive_timing(results)
     by_key = {(r["kind"], r["envs"]): r for r in results}
     for r in results:
-        peer = by_key.get(({"bridge": "python", "ppo-bridge": "ppo-gymnax"}.get(r["kind"]), r["envs"]))
+        peer = by_key.get((PEER.get(r["kind"]), r["envs"]))
         if peer and "error" not in r and "error" not in peer:
             r["cost"] = r["run_s"] / peer["run_s"] - 1.0
             r["per_step_us"] = (r["run_s"] - peer["run_s"]) / (r["steps_per_seed"] / r["envs"]) * 1e6
@@ -139,47 +142,42 @@ def parent_main(args):
     rows = []
     for r in results:
         if "error" in r:
-            rows.append([LABELS[r["kind"]], str(r["envs"]), "FAILED: " + r["error"][:80]] + ["-"] * 7)
+            rows.append([LABELS[r["kind"]], str(r["envs"]), "FAILED (see below)"] + ["-"] * 7)
             continue
-        rows.append([LABELS[r["kind"]], str(r["envs"]), f"{r['steps_per_seed']:,}", fmt(r["total_compile_s"], ".1f"),
-                     fmt(r["run_s"], ".3f"), ", ".join(f"{t:.3f}" for t in r["run_times"]),
+        rows.append([LABELS[r["kind"]], str(r["envs"]), f"{r['steps_per_seed']:,}", f"{r['compile_s']:.1f}",
+                     f"{r['run_s']:.3f}", ", ".join(f"{t:.3f}" for t in r["run_times"]),
                      f"{r['steps_per_s']:,.0f}", f"{100 * r['cost']:+.0f}%" if "cost" in r else "-",
-                     fmt(r.get("per_step_us"), ".0f"),
-                     fmt(r.get("final_eval_return"), ".1f")])
+                     fmt(r.get("per_step_us"), ".0f"), fmt(r.get("final_eval_return"), ".1f")])
     title = (f"Gymnasium bridge on {GYM_ID}: {args.steps:,} random time steps per env count; "
              f"PPO {args.total_timesteps:,} steps (ppo.Config defaults, 4 envs)")
-    notes = ["bridge cost = run time / the unbridged peer's run time - 1 (random stepping: the Python loop; "
-             "PPO: gymnax's JAX CartPole); extra us per time step = that difference per time step of all envs."]
-    machine = machine_lines(results, command, other_cpu=False)
-    print()
-    print(title)
-    print(text_table(headers, rows, left=(0,)))
-    for line in notes + machine:
-        print(line)
-    if args.markdown:
-        write_markdown(args.markdown, [f"# {title}", "", markdown_table(headers, rows), ""]
-                       + [f"- {line}" for line in notes + machine], results)
+    notes = [f"error: {LABELS[r['kind']]}, {r['envs']} envs: {r['error']}" for r in results if "error" in r]
+    notes += ["bridge cost = run time / the unbridged peer's run time - 1 (random stepping: the Python loop; "
+              "PPO: gymnax's JAX CartPole); extra us per time step = that difference per time step of all envs.",
+              "each measurement in a fresh subprocess, persistent compilation cache off; compile s = tracing, "
+              f"lowering and compiling; run s = the fastest of {args.runs} runs"]
+    report(title, headers, rows, notes, results, args.markdown)
     return 1 if any("error" in r for r in results) else 0
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--envs", type=seed_list, default=[1, 8, 64],
-                        help="numbers of envs for the stepping comparison (default: 1,8,64)")
+    parser.add_argument("--envs", type=int, nargs="+", default=[1, 8, 64],
+                        help="numbers of envs for the stepping comparison (default: 1 8 64)")
     parser.add_argument("--steps", type=int, default=None,
                         help="time steps per stepping measurement (default: 5000, --quick: 1000)")
     parser.add_argument("--total-timesteps", type=int, default=None,
                         help="PPO env steps, 0 = skip PPO (default: 100000, --quick: 20480)")
     parser.add_argument("--quick", action="store_true", help="small sizes and 1 run each: a smoke test")
     add_common_arguments(parser, ("KIND", "ENVS"))
-    args = parse_arguments(parser, argv)
+    args = parser.parse_args(argv)
+    args.runs = args.runs or (1 if args.quick else 2)
     if args.steps is None:
         args.steps = 1000 if args.quick else 5000
     if args.total_timesteps is None:
         args.total_timesteps = 20_480 if args.quick else 100_000
-    if args.steps < 1 or args.total_timesteps < 0 or 0 < args.total_timesteps < 512:
-        parser.error("--steps must be >= 1 and --total-timesteps 0 or >= 512 (one PPO iteration)")
+    if args.runs < 1 or args.steps < 1 or args.total_timesteps < 0 or 0 < args.total_timesteps < 512:
+        parser.error("--runs and --steps must be >= 1, --total-timesteps 0 or >= 512 (one PPO iteration)")
     if args.one:
         child_main(args)
         return 0

@@ -1,7 +1,7 @@
 """Run every benchmark script and assemble ``benchmarks/RESULTS.md``.
 
-    python benchmarks/run_all.py                    # everything (about an hour on 2 cores)
-    python benchmarks/run_all.py --quick            # smaller settings, minutes
+    python benchmarks/run_all.py                    # everything (long: run it on a quiet machine)
+    python benchmarks/run_all.py --quick            # every script's smoke-test settings
     python benchmarks/run_all.py --only time_to_solve sweep_scaling
     pip install -e ".[peers]"                       # rejax and flashbax, for the peer columns
 
@@ -34,10 +34,7 @@ RESULTS_DIR = os.path.join(HERE, "results")
 # name: (arguments, arguments under --quick, has --plot)
 SCRIPTS = {
     "time_to_solve": ([], ["--cells", "cartpole-ppo", "pendulum-ddpg"], True),
-    "ppo_throughput": ([], ["--total-timesteps", "51200", "--seeds", "1", "8"], True),
-    "onpolicy_throughput": ([], ["--quick"], False),
-    "dqn_throughput": ([], ["--quick"], True),
-    "offpolicy_throughput": ([], ["--quick"], False),
+    "throughput": ([], ["--quick"], True),
     "buffers": ([], ["--quick"], False),
     "sweep_scaling": ([], ["--lanes", "1", "4", "--total-timesteps", "8192"], True),
     "gymnasium_bridge": ([], ["--quick"], False),

@@ -37,11 +37,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _harness import markdown_table, text_table  # noqa: E402
-
-import jaxrl  # noqa: E402,F401  (XLA settings before JAX starts)
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
+from _harness import machine_info, report  # noqa: E402
 
 from jaxrl import sweep  # noqa: E402
 from jaxrl.algorithms import ppo  # noqa: E402
@@ -83,6 +81,7 @@ def measure_sharded(args) -> list[dict]:
 
 def measure(lanes: int, config, compiled) -> dict:
     learning_rates, seeds = lanes_layout(lanes)
+    load = os.getloadavg()[0]
     result = measure_sweep(lanes, config)
     steps = int(np.max(result.metrics["timesteps"][..., -1]))
 
@@ -94,7 +93,8 @@ def measure(lanes: int, config, compiled) -> dict:
     single_run = time.perf_counter() - start
 
     sweep_rate, single_rate = lanes * steps / result.run_seconds, lanes * steps / single_run
-    return {"lanes": lanes, "layout": f"{len(learning_rates)} x {seeds}", "steps": steps,
+    return {"machine": machine_info(jax), "loadavg_before": load,
+            "lanes": lanes, "layout": f"{len(learning_rates)} x {seeds}", "steps": steps,
             "sweep_compile": result.compile_seconds, "sweep_run": result.run_seconds, "sweep_rate": sweep_rate,
             "single_run": single_run, "single_rate": single_rate,
             "ratio": sweep_rate / single_rate,
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lanes", type=int, nargs="+", default=[1, 4, 16, 64])
     parser.add_argument("--total-timesteps", type=int, default=32_768, help="env steps per lane")
-    parser.add_argument("--markdown", metavar="PATH", help="also write the table as Markdown")
+    parser.add_argument("--markdown", metavar="PATH", help="also write the table and notes as Markdown")
     parser.add_argument("--plot", metavar="PNG", help="also plot steps/s against lanes")
     parser.add_argument("--devices", type=int, default=1,
                         help="also run the sweep split over this many devices (forced host devices on CPU)")
@@ -143,21 +143,15 @@ def main(argv=None) -> int:
     headers = HEADERS
     if args.devices > 1:
         print(f"measuring the sweeps split over {args.devices} devices...", flush=True)
-        for r, sharded in zip(results, measure_sharded(args)):
+        for r, sharded in zip(results, measure_sharded(args), strict=True):
             r.update(sharded)
         headers = HEADERS + SHARDED_HEADERS
-    rows = [row(r) for r in results]
-    print()
-    print(text_table(headers, rows, left=()))
-    print(f"\none-by-one: jax.jit(ppo.train) compiled once in {single_compile:.1f} s, reused by every lane")
-    print(f"jax {jax.__version__} on {jax.devices()[0].platform}, {os.cpu_count()} CPU(s); "
-          f"{args.total_timesteps:,} env steps per lane; command: python benchmarks/sweep_scaling.py "
-          + " ".join(argv if argv is not None else sys.argv[1:]))
+    notes = [f"one by one: jax.jit(ppo.train) compiled once in {single_compile:.1f} s, reused by every lane",
+             f"{args.total_timesteps:,} env steps per lane; everything in one process, one measurement at a time"]
     if args.devices > 1:
-        print(f"sharded: the sweep split over {results[0]['devices']} devices, in a subprocess")
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(markdown_table(headers, rows) + "\n")
+        notes.append(f"sharded: the sweep split over {results[0]['devices']} devices, in a subprocess")
+    report("Sweep scaling: PPO on CartPole-v1 as lanes of one program (jaxrl.sweep) or one by one", headers,
+           [row(r) for r in results], notes, results, args.markdown, left=())
     if args.plot:
         import matplotlib
 
@@ -174,7 +168,7 @@ def main(argv=None) -> int:
         axes.set_yscale("log")
         axes.set_xlabel("lanes (settings x seeds)")
         axes.set_ylabel("env steps / s")
-        axes.set_title("PPO on CartPole-v1, 2-core CPU")
+        axes.set_title(f"PPO on CartPole-v1, {os.cpu_count()} CPUs")
         axes.grid(alpha=0.3)
         axes.legend()
         figure.tight_layout()

@@ -10,19 +10,19 @@ The cells: CartPole with 200-step episodes (``CartPole-v1`` with
 ``max_steps_in_episode=200``, the classic v0 task), solved at 195, for PG (REINFORCE),
 DQN, A2C and PPO; Pendulum-v1, solved at -250, for PPO, DDPG, TD3 and SAC. "Solved" is
 the thesis's rule: the mean return of the last 100 finished *training* episodes reaches
-the threshold (``jaxrl.runner.recent_episode_return``). The 5 seeds train together, as
+the threshold (``jaxrl.metrics.recent_episode_return``). The 5 seeds train together, as
 one vmapped program run in chunks by ``jaxrl.runner.run``, which checks the rule between
-chunks and stops once every seed is solved.
+chunks (``jaxrl.metrics.Target``) and stops once every seed is solved.
 
 Each measurement is a fresh Python process. Time = from the process's start (interpreter
 and JAX start-up included) until every seed is solved; compile s (tracing, lowering and
 compiling, or loading from the cache) is part of it and shown separately, as are the env
 steps each seed took. ``--cache``: ``none`` compiles everything (JAX's persistent cache
 off); ``cold`` / ``warm`` run with the persistent compilation cache in an empty directory
-(filling it) and then again with it filled, which is what a user's second run gets
-(``python -m jaxrl train`` uses the cache by default): XLA's executables come from JAX's
-cache and the traced programs from ``jaxrl.program_cache`` beside it. The settings per cell are printed
-with the table: ``Config`` defaults plus the overrides in ``CELLS``.
+(filling it) and then again with JAX's persistent compilation cache filled, which is what
+a user's second run gets (``python -m jaxrl train`` uses the cache by default). The
+settings per cell are printed with the table: ``Config`` defaults plus the overrides in
+``CELLS``.
 """
 
 from __future__ import annotations
@@ -38,8 +38,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _harness import (add_common_arguments, fmt, machine_lines, markdown_table, measure_and_emit,  # noqa: E402
-                      run_child, text_table, write_markdown)
+from _harness import add_common_arguments, fmt, measure_and_emit, report, run_child  # noqa: E402
 
 SEEDS = 5
 WINDOW = 100  # finished training episodes in the solved rule
@@ -122,15 +121,15 @@ def measure_cell(name: str, cache_dir: str, items: list[str], seed: int):
             jax.config.update("jax_compilation_cache_dir", cache_dir)
             jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
             jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-        from jaxrl import cli, runner
+        from jaxrl import cli, metrics, runner
 
         module = importlib.import_module(f"jaxrl.algorithms.{cell.algorithm}")
         overrides = cli.parse_overrides(module.Config, [item.split("=", 1) for item in items], cell.algorithm)
         config = cell.config(overrides)
         result = runner.run(cell.algorithm, config, seeds=SEEDS, seed=seed, chunk_iterations=cell.chunk_iterations,
-                            target_return=cell.threshold, target_episodes=WINDOW)
+                            target=metrics.Target(cell.threshold, episodes=WINDOW))
         seconds = process_seconds()
-        recent = runner.recent_episode_return(result.metrics["episode_return"], result.metrics["episodes"], WINDOW)
+        recent = metrics.recent_episode_return(result.metrics["episode_return"], result.metrics["episodes"], WINDOW)
         solved = recent >= cell.threshold
         timesteps = result.metrics["timesteps"]
         steps = [int(timesteps[s, np.argmax(solved[s])]) if solved[s].any() else None for s in range(SEEDS)]
@@ -140,8 +139,7 @@ def measure_cell(name: str, cache_dir: str, items: list[str], seed: int):
                     settings={k: v for k, v in dataclasses.asdict(config).items()
                               if k in cell.settings or k in overrides or k == "env_kwargs"})
 
-    measure_and_emit({"cell": name, "cache": cache_dir != "-"}, measure, jaxrl_settings=True,
-                     packages=("gymnax",))
+    measure_and_emit({"cell": name, "cache": cache_dir != "-"}, measure, packages=("gymnax",))
 
 
 # ============================================================================ parent
@@ -249,25 +247,17 @@ def main(argv=None) -> int:
             if cache_dir:
                 shutil.rmtree(cache_dir, ignore_errors=True)
 
-    rows = table_rows(results)
-    command = "python benchmarks/time_to_solve.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    settings = [f"{name}: {CELLS[name].algorithm}.{'preset' if CELLS[name].algorithm in ('ppo', 'dqn') else 'Config'}("
-                + ", ".join(f"{k}={v}" for k, v in {**CELLS[name].settings, **dict(item.split("=", 1) for item in args.set)}.items())
-                + ")" for name in args.cells]
-    # All but machine_lines' last line, which describes timed runs of a compiled function.
-    notes = machine_lines(results, command.strip(), other_cpu=False)[:-1] + [
-        f"{SEEDS} seeds (split from base seed {args.seed}) in one vmapped program; solved = mean return of the "
-        f"last {WINDOW} finished training episodes >= threshold, every seed (checked between chunks); ratio = "
-        "thesis s / jaxrl s (> 1: faster than the thesis's best); time from process start, compile included."]
-    print()
-    print(text_table(HEADERS, rows, left=(0, 1, 3, 8)))
-    print()
-    print("\n".join(notes + ["settings (Config defaults plus):"] + ["  " + line for line in settings]))
-    if args.markdown:
-        lines = ["## Time to solve (Tianshou thesis cells)", "", markdown_table(HEADERS, rows), ""]
-        lines += [f"- {line}" for line in notes] + ["- settings (Config defaults plus):"]
-        lines += [f"  - {line}" for line in settings]
-        write_markdown(args.markdown, lines, results)
+    overrides = dict(item.split("=", 1) for item in args.set)
+    notes = [f"{SEEDS} seeds (split from base seed {args.seed}) in one vmapped program; solved = mean return of the "
+             f"last {WINDOW} finished training episodes >= threshold, every seed (checked between chunks); ratio = "
+             "thesis s / jaxrl s (> 1: faster than the thesis's best); time from process start, compile included."]
+    for name in args.cells:
+        cell = CELLS[name]
+        settings = ", ".join(f"{k}={v}" for k, v in {**cell.settings, **overrides}.items())
+        constructor = "preset" if cell.algorithm in ("ppo", "dqn") else "Config"
+        notes.append(f"{name} settings (Config defaults plus): {cell.algorithm}.{constructor}({settings})")
+    report("Time to solve (Tianshou thesis cells)", HEADERS, table_rows(results), notes, results, args.markdown,
+           left=(0, 1, 3, 8))
     if args.plot:
         plot(results, args.plot)
     return 0
