@@ -37,8 +37,13 @@ def machine_info(jax, packages=()) -> dict:
     """JAX's version, backend and devices, and the versions of ``packages``."""
     import importlib.metadata as md
 
-    return dict(jax=jax.__version__, jaxlib=md.version("jaxlib"), backend=jax.default_backend(),
-                devices=[str(d) for d in jax.devices()], **{p: md.version(p) for p in packages})
+    return dict(
+        jax=jax.__version__,
+        jaxlib=md.version("jaxlib"),
+        backend=jax.default_backend(),
+        devices=[str(d) for d in jax.devices()],
+        **{p: md.version(p) for p in packages},
+    )
 
 
 def measure_and_emit(result: dict, measure, packages=()) -> None:
@@ -145,14 +150,21 @@ def add_common_arguments(parser, one, runs=True, timeout=3600, stall_timeout=180
     import argparse
 
     if runs:
-        parser.add_argument("--runs", type=int, default=None,
-                            help="timed runs of each compiled function; the fastest is reported (default: 2, "
-                                 "--quick: 1)")
+        parser.add_argument(
+            "--runs",
+            type=int,
+            default=None,
+            help="timed runs of each compiled function; the fastest is reported (default: 2, --quick: 1)",
+        )
         parser.add_argument("--seed", type=int, default=0, help="base PRNG seed (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=timeout, help="seconds per measurement (default: %(default)s)")
-    parser.add_argument("--stall-timeout", type=float, default=stall_timeout,
-                        help="kill a measurement whose process uses no CPU for this many seconds, i.e. is hung "
-                             "(Linux only; default: %(default)s)")
+    parser.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=stall_timeout,
+        help="kill a measurement whose process uses no CPU for this many seconds, i.e. is hung "
+        "(Linux only; default: %(default)s)",
+    )
     parser.add_argument("--markdown", metavar="MD", help="also write the table and notes as Markdown")
     parser.add_argument("--verbose", action="store_true", help="show a failed measurement's traceback")
     parser.add_argument("--one", nargs=len(one), metavar=one, help=argparse.SUPPRESS)
@@ -169,8 +181,9 @@ def peer_missing(peer: str, no_peers: bool) -> str | None:
     return None
 
 
-def run_child(cmd: list[str], timeout: float, stall_timeout: float, verbose: bool = False,
-              env_overrides: dict | None = None) -> dict:
+def run_child(
+    cmd: list[str], timeout: float, stall_timeout: float, verbose: bool = False, env_overrides: dict | None = None
+) -> dict:
     """Run ``cmd`` and return the result it emitted, or ``{"error": ...}`` if it timed out,
     used no CPU for ``stall_timeout`` seconds (a hang), or exited without a result. The
     persistent compilation cache is off unless ``env_overrides`` switches it on."""
@@ -191,13 +204,15 @@ def run_child(cmd: list[str], timeout: float, stall_timeout: float, verbose: boo
             if now - start > timeout:
                 killed = f"timed out after {timeout:.0f} s"
             elif cpu is not None and now - last_progress > stall_timeout:
-                killed = (f"hung: no CPU use for {now - last_progress:.0f} s (--stall-timeout), "
-                          f"{cpu:.0f} s CPU in {now - start:.0f} s")
+                killed = (
+                    f"hung: no CPU use for {now - last_progress:.0f} s (--stall-timeout), "
+                    f"{cpu:.0f} s CPU in {now - start:.0f} s"
+                )
             if killed:
                 proc.kill()
                 stdout, stderr = proc.communicate()
                 break
-    phases = [line[len(PHASE_TAG):] for line in stderr.splitlines() if line.startswith(PHASE_TAG)]
+    phases = [line[len(PHASE_TAG) :] for line in stderr.splitlines() if line.startswith(PHASE_TAG)]
     stderr = "\n".join(line for line in stderr.splitlines() if not line.startswith(PHASE_TAG))
     last_phase = phases[-1] if phases else "start-up"
     if verbose and (killed or proc.returncode):
@@ -206,7 +221,7 @@ def run_child(cmd: list[str], timeout: float, stall_timeout: float, verbose: boo
         return {"error": f"{killed}; killed during: {last_phase}"}
     for line in reversed(stdout.splitlines()):
         if line.startswith(RESULT_TAG):
-            return json.loads(line[len(RESULT_TAG):])
+            return json.loads(line[len(RESULT_TAG) :])
     tail = " | ".join(stderr.strip().splitlines()[-3:])
     return {"error": f"exited {proc.returncode} without a result during {last_phase}: {tail}"[:500]}
 
@@ -246,7 +261,9 @@ def measure_plan(plan, measure, label) -> list[dict]:
         results.append(result)
         status = result.get("error") or (
             f"compile {result['compile_s']:.1f} s, runs " + ", ".join(f"{t:.2f} s" for t in result["run_times"])
-            if "run_times" in result else "done")
+            if "run_times" in result
+            else "done"
+        )
         print(f"    {status} (wall {time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
     return results
 
@@ -273,8 +290,9 @@ def text_table(headers, rows, left=(0,)) -> str:
     widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(headers)]
 
     def line(cells):
-        return "  ".join(c.ljust(w) if i in left else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+        return "  ".join(
+            c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
 
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(row) for row in rows])
 
@@ -304,12 +322,16 @@ def machine_lines(results) -> list[str]:
         f"{versions or 'versions unknown'}; backend {info.get('backend', '?')}, devices {info.get('devices', '?')}",
     ]
     if probes:
-        lines.append("machine speed probe after each measurement (ms for a fixed small MLP training loop; lower is "
-                     f"faster; compare times only where these agree): {', '.join(f'{p:.0f}' for p in probes)}")
+        lines.append(
+            "machine speed probe after each measurement (ms for a fixed small MLP training loop; lower is "
+            f"faster; compare times only where these agree): {', '.join(f'{p:.0f}' for p in probes)}"
+        )
     others = [c for r in results for c in r.get("other_cpu", []) if c is not None]
     if others and max(others) > 0.2:
-        lines.append(f"WARNING: other processes used up to {max(others):.2f} CPUs during a timed run: those times "
-                     "are inflated and noisy; rerun on a quiet machine.")
+        lines.append(
+            f"WARNING: other processes used up to {max(others):.2f} CPUs during a timed run: those times "
+            "are inflated and noisy; rerun on a quiet machine."
+        )
     return lines
 
 

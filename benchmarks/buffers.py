@@ -88,8 +88,13 @@ JAXRL_IMPLS = ("jaxrl", "jaxrl-per")
 BARE = "bare-copy"  # no buffer: the copying any sampler must do (see the module docstring)
 FBX_IMPLS = ("fbx-item", "fbx-flat", "fbx-per-item", "fbx-per-flat")
 PRIORITIZED = ("jaxrl-per", "fbx-per-item", "fbx-per-flat")
-COUNTERPART = {"fbx-item": "jaxrl", "fbx-flat": "jaxrl", "fbx-per-item": "jaxrl-per", "fbx-per-flat": "jaxrl-per",
-               BARE: "jaxrl-per"}
+COUNTERPART = {
+    "fbx-item": "jaxrl",
+    "fbx-flat": "jaxrl",
+    "fbx-per-item": "jaxrl-per",
+    "fbx-per-flat": "jaxrl-per",
+    BARE: "jaxrl-per",
+}
 OBS_KINDS = ("image", "vector")
 
 
@@ -103,8 +108,13 @@ def _example(obs_kind):
         obs = {"obs": np.zeros((84, 84), np.uint8)}
     else:
         obs = {"obs": np.zeros(4, np.float32), "next_obs": np.zeros(4, np.float32)}
-    return dict(obs, action=np.zeros((), np.int32), reward=np.zeros((), np.float32),
-                terminated=np.zeros((), bool), truncated=np.zeros((), bool))
+    return dict(
+        obs,
+        action=np.zeros((), np.int32),
+        reward=np.zeros((), np.float32),
+        terminated=np.zeros((), bool),
+        truncated=np.zeros((), bool),
+    )
 
 
 def _items(jax, example):
@@ -207,11 +217,11 @@ def _fbx_ops(jax, impl, example, capacity):
     elif impl == "fbx-flat":
         buffer = fbx.make_flat_buffer(**common, add_batch_size=NUM_ENVS)
     elif impl == "fbx-per-item":
-        buffer = fbx.make_prioritised_item_buffer(**common, add_batches=True, priority_exponent=ALPHA,
-                                                  device=device)
+        buffer = fbx.make_prioritised_item_buffer(**common, add_batches=True, priority_exponent=ALPHA, device=device)
     else:
-        buffer = fbx.make_prioritised_flat_buffer(**common, add_batch_size=NUM_ENVS, priority_exponent=ALPHA,
-                                                  device=device)
+        buffer = fbx.make_prioritised_flat_buffer(
+            **common, add_batch_size=NUM_ENVS, priority_exponent=ALPHA, device=device
+        )
     prioritised = impl in PRIORITIZED
 
     def fill(state):
@@ -223,7 +233,8 @@ def _fbx_ops(jax, impl, example, capacity):
             priorities = np.random.default_rng(1).uniform(0.1, 2.0, num_items).astype(np.float32)
             # One bulk write of every leaf (flashbax's own batched setter; not timed).
             tree = jax.jit(sum_tree.set_batch_bincount)(
-                state.sum_tree_state, jnp.arange(num_items), jnp.asarray(priorities) ** ALPHA)
+                state.sum_tree_state, jnp.arange(num_items), jnp.asarray(priorities) ** ALPHA
+            )
             state = state.replace(sum_tree_state=tree)
         return state
 
@@ -232,8 +243,9 @@ def _fbx_ops(jax, impl, example, capacity):
     ops.fill = fill
     ops.add = buffer.add
     probe = jax.eval_shape(ops.init)
-    ops.num_slots = (probe.sum_tree_state.capacity if prioritised
-                     else math.prod(jax.tree.leaves(probe.experience)[0].shape[:2]))
+    ops.num_slots = (
+        probe.sum_tree_state.capacity if prioritised else math.prod(jax.tree.leaves(probe.experience)[0].shape[:2])
+    )
     if not prioritised:
         ops.sample = lambda state, key: buffer.sample(state, key).experience
         return ops
@@ -322,8 +334,7 @@ def measure(jax, impl, obs_kind, capacity, args_):
         return (state,)
 
     # Sample first (the state is not changed), then add and update (state donated).
-    result["sample"], _ = _timed_loop(jax, "sample", sample_loop, (state, jax.random.key(0)), False,
-                                      iterations, args_)
+    result["sample"], _ = _timed_loop(jax, "sample", sample_loop, (state, jax.random.key(0)), False, iterations, args_)
     result["add"], state = _timed_loop(jax, "add", add_loop, (state, items), True, iterations, args_)
     if hasattr(ops, "update"):
         rng = np.random.default_rng(2)
@@ -337,24 +348,26 @@ def measure(jax, impl, obs_kind, capacity, args_):
             state, _ = jax.lax.scan(body, state, (slots, td))
             return (state,)
 
-        result["update"], state = _timed_loop(jax, "update", update_loop, (state, slots, td), True,
-                                              iterations, args_)
+        result["update"], state = _timed_loop(jax, "update", update_loop, (state, slots, td), True, iterations, args_)
     return result
 
 
 def child_main(args):
     impl, obs_kind, capacity = args.one[0], args.one[1], int(args.one[2])
-    measure_and_emit({"impl": impl, "obs": obs_kind, "capacity": capacity},
-                     lambda jax: measure(jax, impl, obs_kind, capacity, args),
-                     packages=("flashbax",) if impl.startswith("fbx") else ())
+    measure_and_emit(
+        {"impl": impl, "obs": obs_kind, "capacity": capacity},
+        lambda jax: measure(jax, impl, obs_kind, capacity, args),
+        packages=("flashbax",) if impl.startswith("fbx") else (),
+    )
 
 
 # ============================================================================ parent
 
 
 def _measure(args, impl, obs_kind, capacity):
-    return measure_in_child(__file__, {"impl": impl, "obs": obs_kind, "capacity": capacity}, args,
-                            ("iterations", "runs", "min_time"))
+    return measure_in_child(
+        __file__, {"impl": impl, "obs": obs_kind, "capacity": capacity}, args, ("iterations", "runs", "min_time")
+    )
 
 
 def _derive(results):
@@ -370,13 +383,26 @@ def _derive(results):
         peer = by_key.get((COUNTERPART.get(r["impl"]), r["obs"], r["capacity"]))
         if peer is None or "error" in peer or "error" in r:
             continue
-        r["ratio"] = {op: peer[op]["items_per_s"] / r[op]["items_per_s"]
-                      for op in ("add", "sample", "update") if op in r and op in peer}
+        r["ratio"] = {
+            op: peer[op]["items_per_s"] / r[op]["items_per_s"]
+            for op in ("add", "sample", "update")
+            if op in r and op in peer
+        }
 
 
-HEADERS = ["buffer", "obs", "capacity", "init s", "compile s (add/sample/update)",
-           "add items/s", "sample items/s", "update items/s",
-           "jaxrl/this add", "jaxrl/this sample", "jaxrl/this update"]
+HEADERS = [
+    "buffer",
+    "obs",
+    "capacity",
+    "init s",
+    "compile s (add/sample/update)",
+    "add items/s",
+    "sample items/s",
+    "update items/s",
+    "jaxrl/this add",
+    "jaxrl/this sample",
+    "jaxrl/this update",
+]
 
 
 def _si(x):
@@ -396,11 +422,17 @@ def _rows(results):
         ops = [op for op in ("add", "sample", "update") if op in r]
         compile_s = "/".join(f"{r[op]['compile_s']:.2f}" for op in ops)
         ratio = r.get("ratio", {})
-        rows.append([
-            r["impl"], r["obs"], cap, f"{r['init_s']:.2f}", compile_s,
-            *(_si(r[op]["items_per_s"]) if op in r else "-" for op in ("add", "sample", "update")),
-            *(f"{ratio[op]:.2f}x" if op in ratio else "-" for op in ("add", "sample", "update")),
-        ])
+        rows.append(
+            [
+                r["impl"],
+                r["obs"],
+                cap,
+                f"{r['init_s']:.2f}",
+                compile_s,
+                *(_si(r[op]["items_per_s"]) if op in r else "-" for op in ("add", "sample", "update")),
+                *(f"{ratio[op]:.2f}x" if op in ratio else "-" for op in ("add", "sample", "update")),
+            ]
+        )
     return rows
 
 
@@ -424,33 +456,56 @@ def parent_main(args):
     peer_note = peer_missing("flashbax", args.no_peers)
     impls = [*JAXRL_IMPLS, BARE] + ([] if peer_note else [i for i in FBX_IMPLS if i.split("-")[-1] in args.fbx_layouts])
     plan = [(impl, obs, cap) for cap in args.capacities for obs in args.obs for impl in impls]
-    results = measure_plan(plan, lambda item: _measure(args, *item),
-                           label=lambda item: f"{item[0]} {item[1]} {item[2]:,}")
+    results = measure_plan(
+        plan, lambda item: _measure(args, *item), label=lambda item: f"{item[0]} {item[1]} {item[2]:,}"
+    )
     _derive(results)
-    title = (f"Replay-buffer throughput, {NUM_ENVS} envs per add, sample batch {SAMPLE_BATCH}, "
-             f"capacities {', '.join(f'{c:,}' for c in args.capacities)}")
+    title = (
+        f"Replay-buffer throughput, {NUM_ENVS} envs per add, sample batch {SAMPLE_BATCH}, "
+        f"capacities {', '.join(f'{c:,}' for c in args.capacities)}"
+    )
     errors = [f"error: {r['impl']} {r['obs']} {r['capacity']:,}: {r['error']}" for r in results if "error" in r]
     report(title, HEADERS, _rows(results), errors + _notes(args, peer_note), results, args.markdown, left=(0, 1))
     return 0 if any(r["impl"].startswith("jaxrl") and "error" not in r for r in results) else 1
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--capacities", type=int, nargs="+", default=None,
-                        help="buffer capacities (default: 10000 100000 1000000; --quick: 10000 100000)")
-    parser.add_argument("--obs", nargs="+", choices=OBS_KINDS, default=list(OBS_KINDS),
-                        help="observation kinds (default: both)")
-    parser.add_argument("--quick", action="store_true",
-                        help="capacities 10k and 100k (unless --capacities), 1 run of >= 0.2 s per operation")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--capacities",
+        type=int,
+        nargs="+",
+        default=None,
+        help="buffer capacities (default: 10000 100000 1000000; --quick: 10000 100000)",
+    )
+    parser.add_argument(
+        "--obs", nargs="+", choices=OBS_KINDS, default=list(OBS_KINDS), help="observation kinds (default: both)"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="capacities 10k and 100k (unless --capacities), 1 run of >= 0.2 s per operation",
+    )
     parser.add_argument("--no-peers", action="store_true", help="measure jaxrl only, even if flashbax is installed")
-    parser.add_argument("--fbx-layouts", nargs="+", choices=("item", "flat"), default=["item", "flat"],
-                        help="flashbax buffers to measure (default: item flat)")
-    parser.add_argument("--iterations", type=int, default=None,
-                        help="operations per jitted lax.scan call (default: 500, --quick: 200)")
+    parser.add_argument(
+        "--fbx-layouts",
+        nargs="+",
+        choices=("item", "flat"),
+        default=["item", "flat"],
+        help="flashbax buffers to measure (default: item flat)",
+    )
+    parser.add_argument(
+        "--iterations", type=int, default=None, help="operations per jitted lax.scan call (default: 500, --quick: 200)"
+    )
     parser.add_argument("--runs", type=int, default=None, help="timed runs per operation (default: 3, --quick: 1)")
-    parser.add_argument("--min-time", type=float, default=None,
-                        help="seconds each timed run lasts at least (default: 1.0, --quick: 0.2)")
+    parser.add_argument(
+        "--min-time",
+        type=float,
+        default=None,
+        help="seconds each timed run lasts at least (default: 1.0, --quick: 0.2)",
+    )
     add_common_arguments(parser, ("IMPL", "OBS", "CAPACITY"), runs=False, timeout=900, stall_timeout=120)
     args = parser.parse_args(argv)
     quick = args.quick

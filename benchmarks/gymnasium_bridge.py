@@ -41,8 +41,12 @@ from _harness import (
 )
 
 GYM_ID = "CartPole-v1"
-LABELS = {"bridge": "bridge: scan of vmap(env.step)", "python": "Python loop over the vector env",
-          "ppo-bridge": "PPO on gymnasium:CartPole-v1", "ppo-gymnax": "PPO on gymnax CartPole-v1"}
+LABELS = {
+    "bridge": "bridge: scan of vmap(env.step)",
+    "python": "Python loop over the vector env",
+    "ppo-bridge": "PPO on gymnasium:CartPole-v1",
+    "ppo-gymnax": "PPO on gymnax CartPole-v1",
+}
 PEER = {"bridge": "python", "ppo-bridge": "ppo-gymnax"}  # what each bridged row is compared with
 
 
@@ -77,8 +81,9 @@ def step_python(args, num_envs):
     import numpy as np
     from gymnasium.vector import AutoresetMode
 
-    vector_env = gymnasium.make_vec(GYM_ID, num_envs=num_envs, vectorization_mode="sync",
-                                    vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP})
+    vector_env = gymnasium.make_vec(
+        GYM_ID, num_envs=num_envs, vectorization_mode="sync", vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}
+    )
     rng = np.random.default_rng(args.seed)
     run_times = []
     for run in range(args.runs):
@@ -101,8 +106,9 @@ def train_ppo(jax, args, env_id):
     timing, out = time_compiled(jax, ppo.train, (jax.random.key(args.seed), config), args.runs)
     evals = np.asarray(out.metrics["eval_return"])
     evals = evals[np.isfinite(evals)]
-    return dict(timing, steps_per_seed=int(out.state.timesteps),
-                final_eval_return=float(evals[-1]) if evals.size else None)
+    return dict(
+        timing, steps_per_seed=int(out.state.timesteps), final_eval_return=float(evals[-1]) if evals.size else None
+    )
 
 
 def child_main(args):
@@ -126,9 +132,12 @@ def parent_main(args):
     if args.total_timesteps:
         plan += [("ppo-bridge", 4), ("ppo-gymnax", 4)]
     results = measure_plan(
-        plan, lambda item: measure_in_child(__file__, {"kind": item[0], "envs": item[1]}, args,
-                                            ("steps", "total_timesteps", "seed", "runs")),
-        label=lambda item: f"{LABELS[item[0]]}, {item[1]} envs")
+        plan,
+        lambda item: measure_in_child(
+            __file__, {"kind": item[0], "envs": item[1]}, args, ("steps", "total_timesteps", "seed", "runs")
+        ),
+        label=lambda item: f"{LABELS[item[0]]}, {item[1]} envs",
+    )
     derive_timing(results)
     by_key = {(r["kind"], r["envs"]): r for r in results}
     for r in results:
@@ -137,37 +146,72 @@ def parent_main(args):
             r["cost"] = r["run_s"] / peer["run_s"] - 1.0
             r["per_step_us"] = (r["run_s"] - peer["run_s"]) / (r["steps_per_seed"] / r["envs"]) * 1e6
 
-    headers = ["run", "envs", "env steps", "compile s", "run s (fastest)", "all runs s", "steps/s",
-               "bridge cost", "extra us per time step", "final eval return"]
+    headers = [
+        "run",
+        "envs",
+        "env steps",
+        "compile s",
+        "run s (fastest)",
+        "all runs s",
+        "steps/s",
+        "bridge cost",
+        "extra us per time step",
+        "final eval return",
+    ]
     rows = []
     for r in results:
         if "error" in r:
             rows.append([LABELS[r["kind"]], str(r["envs"]), "FAILED (see below)"] + ["-"] * 7)
             continue
-        rows.append([LABELS[r["kind"]], str(r["envs"]), f"{r['steps_per_seed']:,}", f"{r['compile_s']:.1f}",
-                     f"{r['run_s']:.3f}", ", ".join(f"{t:.3f}" for t in r["run_times"]),
-                     f"{r['steps_per_s']:,.0f}", f"{100 * r['cost']:+.0f}%" if "cost" in r else "-",
-                     fmt(r.get("per_step_us"), ".0f"), fmt(r.get("final_eval_return"), ".1f")])
-    title = (f"Gymnasium bridge on {GYM_ID}: {args.steps:,} random time steps per env count; "
-             f"PPO {args.total_timesteps:,} steps (ppo.Config defaults, 4 envs)")
+        rows.append(
+            [
+                LABELS[r["kind"]],
+                str(r["envs"]),
+                f"{r['steps_per_seed']:,}",
+                f"{r['compile_s']:.1f}",
+                f"{r['run_s']:.3f}",
+                ", ".join(f"{t:.3f}" for t in r["run_times"]),
+                f"{r['steps_per_s']:,.0f}",
+                f"{100 * r['cost']:+.0f}%" if "cost" in r else "-",
+                fmt(r.get("per_step_us"), ".0f"),
+                fmt(r.get("final_eval_return"), ".1f"),
+            ]
+        )
+    title = (
+        f"Gymnasium bridge on {GYM_ID}: {args.steps:,} random time steps per env count; "
+        f"PPO {args.total_timesteps:,} steps (ppo.Config defaults, 4 envs)"
+    )
     notes = [f"error: {LABELS[r['kind']]}, {r['envs']} envs: {r['error']}" for r in results if "error" in r]
-    notes += ["bridge cost = run time / the unbridged peer's run time - 1 (random stepping: the Python loop; "
-              "PPO: gymnax's JAX CartPole); extra us per time step = that difference per time step of all envs.",
-              "each measurement in a fresh subprocess, persistent compilation cache off; compile s = tracing, "
-              f"lowering and compiling; run s = the fastest of {args.runs} runs"]
+    notes += [
+        "bridge cost = run time / the unbridged peer's run time - 1 (random stepping: the Python loop; "
+        "PPO: gymnax's JAX CartPole); extra us per time step = that difference per time step of all envs.",
+        "each measurement in a fresh subprocess, persistent compilation cache off; compile s = tracing, "
+        f"lowering and compiling; run s = the fastest of {args.runs} runs",
+    ]
     report(title, headers, rows, notes, results, args.markdown)
     return 1 if any("error" in r for r in results) else 0
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--envs", type=int, nargs="+", default=[1, 8, 64],
-                        help="numbers of envs for the stepping comparison (default: 1 8 64)")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="time steps per stepping measurement (default: 5000, --quick: 1000)")
-    parser.add_argument("--total-timesteps", type=int, default=None,
-                        help="PPO env steps, 0 = skip PPO (default: 100000, --quick: 20480)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--envs",
+        type=int,
+        nargs="+",
+        default=[1, 8, 64],
+        help="numbers of envs for the stepping comparison (default: 1 8 64)",
+    )
+    parser.add_argument(
+        "--steps", type=int, default=None, help="time steps per stepping measurement (default: 5000, --quick: 1000)"
+    )
+    parser.add_argument(
+        "--total-timesteps",
+        type=int,
+        default=None,
+        help="PPO env steps, 0 = skip PPO (default: 100000, --quick: 20480)",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes and 1 run each: a smoke test")
     add_common_arguments(parser, ("KIND", "ENVS"))
     args = parser.parse_args(argv)

@@ -52,8 +52,12 @@ def version(package: str) -> str:
 def run_script(name: str, quick: bool) -> dict:
     arguments, quick_arguments, has_plot = SCRIPTS[name]
     markdown = os.path.join(RESULTS_DIR, f"{name}.md")
-    command = [os.path.join("benchmarks", f"{name}.py"), *(quick_arguments if quick else arguments),
-               "--markdown", os.path.relpath(markdown, os.path.dirname(HERE))]
+    command = [
+        os.path.join("benchmarks", f"{name}.py"),
+        *(quick_arguments if quick else arguments),
+        "--markdown",
+        os.path.relpath(markdown, os.path.dirname(HERE)),
+    ]
     if has_plot:
         command += ["--plot", os.path.relpath(os.path.join(RESULTS_DIR, f"{name}.png"), os.path.dirname(HERE))]
     print(f"== {name}: python {' '.join(command)}", flush=True)
@@ -61,12 +65,19 @@ def run_script(name: str, quick: bool) -> dict:
         os.remove(markdown)  # never report an earlier run's tables as this one's
     start = time.monotonic()
     with open(os.path.join(RESULTS_DIR, f"{name}.log"), "w") as log:
-        status = subprocess.run([sys.executable, *command], cwd=os.path.dirname(HERE), stdout=log,
-                                stderr=subprocess.STDOUT).returncode
+        status = subprocess.run(
+            [sys.executable, *command], cwd=os.path.dirname(HERE), stdout=log, stderr=subprocess.STDOUT
+        ).returncode
     seconds = time.monotonic() - start
     print(f"   exit status {status} after {seconds:.0f} s (log: benchmarks/results/{name}.log)", flush=True)
-    run = dict(name=name, command="python " + " ".join(command), status=status, seconds=seconds,
-               date=datetime.datetime.now().isoformat(timespec="minutes"), quick=quick)
+    run = dict(
+        name=name,
+        command="python " + " ".join(command),
+        status=status,
+        seconds=seconds,
+        date=datetime.datetime.now().isoformat(timespec="minutes"),
+        quick=quick,
+    )
     with open(os.path.join(RESULTS_DIR, f"{name}.json"), "w") as f:
         json.dump(run, f, indent=1)
     return run
@@ -102,11 +113,17 @@ def machine_section() -> list[str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="each script's small settings")
-    parser.add_argument("--only", nargs="*", choices=list(SCRIPTS), metavar="SCRIPT",
-                        help=f"run only these (none: just reassemble RESULTS.md): {', '.join(SCRIPTS)}")
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        choices=list(SCRIPTS),
+        metavar="SCRIPT",
+        help=f"run only these (none: just reassemble RESULTS.md): {', '.join(SCRIPTS)}",
+    )
     parser.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"), help="default: %(default)s")
     args = parser.parse_args(argv)
     os.makedirs(RESULTS_DIR, exist_ok=True)
@@ -114,12 +131,23 @@ def main(argv=None) -> int:
     ran = [run_script(name, args.quick) for name in (SCRIPTS if args.only is None else args.only)]
     runs = [run for run in map(load_run, SCRIPTS) if run is not None]
     invocation = " ".join(["python benchmarks/run_all.py", *(argv if argv is not None else sys.argv[1:])])
-    lines = ["# jaxrl benchmark results", "",
-             f"Assembled by `{invocation}`. Every number below comes from the command shown above it, run on "
-             "this machine one script at a time.", "", *header, ""]
+    lines = [
+        "# jaxrl benchmark results",
+        "",
+        f"Assembled by `{invocation}`. Every number below comes from the command shown above it, run on "
+        "this machine one script at a time.",
+        "",
+        *header,
+        "",
+    ]
     for run in runs:
-        lines += [f"## {run['name']}", "", f"`{run['command']}`: exit status {run['status']}, "
-                  f"{run['seconds']:.0f} s wall, {run['date']}" + (" (--quick settings)" if run["quick"] else ""), ""]
+        lines += [
+            f"## {run['name']}",
+            "",
+            f"`{run['command']}`: exit status {run['status']}, "
+            f"{run['seconds']:.0f} s wall, {run['date']}" + (" (--quick settings)" if run["quick"] else ""),
+            "",
+        ]
         lines += [run["tables"] or f"(no tables: see `benchmarks/results/{run['name']}.log`)", ""]
     with open(args.out, "w") as f:
         f.write("\n".join(lines))

@@ -73,8 +73,15 @@ def measure_sharded(args) -> list[dict]:
     devices, measuring only ``sweep.run`` (one JSON line per lane count)."""
     env = dict(os.environ)
     env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={args.devices}".strip()
-    command = [sys.executable, os.path.abspath(__file__), "--sharded-worker", "--total-timesteps",
-               str(args.total_timesteps), "--lanes", *map(str, args.lanes)]
+    command = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--sharded-worker",
+        "--total-timesteps",
+        str(args.total_timesteps),
+        "--lanes",
+        *map(str, args.lanes),
+    ]
     out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
@@ -93,23 +100,48 @@ def measure(lanes: int, config, compiled) -> dict:
     single_run = time.perf_counter() - start
 
     sweep_rate, single_rate = lanes * steps / result.run_seconds, lanes * steps / single_run
-    return {"machine": machine_info(jax), "loadavg_before": load,
-            "lanes": lanes, "layout": f"{len(learning_rates)} x {seeds}", "steps": steps,
-            "sweep_compile": result.compile_seconds, "sweep_run": result.run_seconds, "sweep_rate": sweep_rate,
-            "single_run": single_run, "single_rate": single_rate,
-            "ratio": sweep_rate / single_rate,
-            "final_return": float(np.nanmean(sweep.final_scores(result.metrics)))}
+    return {
+        "machine": machine_info(jax),
+        "loadavg_before": load,
+        "lanes": lanes,
+        "layout": f"{len(learning_rates)} x {seeds}",
+        "steps": steps,
+        "sweep_compile": result.compile_seconds,
+        "sweep_run": result.run_seconds,
+        "sweep_rate": sweep_rate,
+        "single_run": single_run,
+        "single_rate": single_rate,
+        "ratio": sweep_rate / single_rate,
+        "final_return": float(np.nanmean(sweep.final_scores(result.metrics))),
+    }
 
 
-HEADERS = ["lanes", "settings x seeds", "sweep compile s", "sweep run s", "sweep steps/s",
-           "one-by-one run s", "one-by-one steps/s", "ratio", "mean final eval return"]
+HEADERS = [
+    "lanes",
+    "settings x seeds",
+    "sweep compile s",
+    "sweep run s",
+    "sweep steps/s",
+    "one-by-one run s",
+    "one-by-one steps/s",
+    "ratio",
+    "mean final eval return",
+]
 SHARDED_HEADERS = ["sharded compile s", "sharded run s", "sharded steps/s"]
 
 
 def row(r: dict) -> list[str]:
-    cells = [str(r["lanes"]), r["layout"], f"{r['sweep_compile']:.1f}", f"{r['sweep_run']:.2f}",
-             f"{r['sweep_rate']:,.0f}", f"{r['single_run']:.2f}",
-             f"{r['single_rate']:,.0f}", f"{r['ratio']:.1f}x", f"{r['final_return']:.1f}"]
+    cells = [
+        str(r["lanes"]),
+        r["layout"],
+        f"{r['sweep_compile']:.1f}",
+        f"{r['sweep_run']:.2f}",
+        f"{r['sweep_rate']:,.0f}",
+        f"{r['single_run']:.2f}",
+        f"{r['single_rate']:,.0f}",
+        f"{r['ratio']:.1f}x",
+        f"{r['final_return']:.1f}",
+    ]
     if "sharded_run" in r:
         cells += [f"{r['sharded_compile']:.1f}", f"{r['sharded_run']:.2f}", f"{r['sharded_rate']:,.0f}"]
     return cells
@@ -121,8 +153,12 @@ def main(argv=None) -> int:
     parser.add_argument("--total-timesteps", type=int, default=32_768, help="env steps per lane")
     parser.add_argument("--markdown", metavar="PATH", help="also write the table and notes as Markdown")
     parser.add_argument("--plot", metavar="PNG", help="also plot steps/s against lanes")
-    parser.add_argument("--devices", type=int, default=1,
-                        help="also run the sweep split over this many devices (forced host devices on CPU)")
+    parser.add_argument(
+        "--devices",
+        type=int,
+        default=1,
+        help="also run the sweep split over this many devices (forced host devices on CPU)",
+    )
     parser.add_argument("--sharded-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     config = ppo.Config(env_id="CartPole-v1", total_timesteps=args.total_timesteps, num_reports=0)
@@ -130,9 +166,18 @@ def main(argv=None) -> int:
         for lanes in args.lanes:
             result = measure_sweep(lanes, config)
             steps = int(np.max(result.metrics["timesteps"][..., -1]))
-            print(json.dumps({"lanes": lanes, "devices": jax.device_count(), "sharded_compile": result.compile_seconds,
-                              "sharded_run": result.run_seconds, "sharded_rate": lanes * steps / result.run_seconds}),
-                  flush=True)
+            print(
+                json.dumps(
+                    {
+                        "lanes": lanes,
+                        "devices": jax.device_count(),
+                        "sharded_compile": result.compile_seconds,
+                        "sharded_run": result.run_seconds,
+                        "sharded_rate": lanes * steps / result.run_seconds,
+                    }
+                ),
+                flush=True,
+            )
         return 0
 
     compiled, single_compile = compile_single(config)
@@ -146,12 +191,21 @@ def main(argv=None) -> int:
         for r, sharded in zip(results, measure_sharded(args), strict=True):
             r.update(sharded)
         headers = HEADERS + SHARDED_HEADERS
-    notes = [f"one by one: jax.jit(ppo.train) compiled once in {single_compile:.1f} s, reused by every lane",
-             f"{args.total_timesteps:,} env steps per lane; everything in one process, one measurement at a time"]
+    notes = [
+        f"one by one: jax.jit(ppo.train) compiled once in {single_compile:.1f} s, reused by every lane",
+        f"{args.total_timesteps:,} env steps per lane; everything in one process, one measurement at a time",
+    ]
     if args.devices > 1:
         notes.append(f"sharded: the sweep split over {results[0]['devices']} devices, in a subprocess")
-    report("Sweep scaling: PPO on CartPole-v1 as lanes of one program (jaxrl.sweep) or one by one", headers,
-           [row(r) for r in results], notes, results, args.markdown, left=())
+    report(
+        "Sweep scaling: PPO on CartPole-v1 as lanes of one program (jaxrl.sweep) or one by one",
+        headers,
+        [row(r) for r in results],
+        notes,
+        results,
+        args.markdown,
+        left=(),
+    )
     if args.plot:
         import matplotlib
 

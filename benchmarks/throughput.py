@@ -82,60 +82,109 @@ OFFPOLICY_NOTES = (
 
 ENTRIES = {
     "ppo": Entry(
-        "ppo", "PPO on CartPole-v1 at PureJaxRL's settings", "CartPole-v1", budget=500_000, quick=20_480,
+        "ppo",
+        "PPO on CartPole-v1 at PureJaxRL's settings",
+        "CartPole-v1",
+        budget=500_000,
+        quick=20_480,
         # PureJaxRL's CartPole PPO (purejaxrl/ppo.py), which are also ppo.Config's defaults.
-        config=dict(num_envs=4, num_steps=128, num_epochs=4, num_minibatches=4, hidden_sizes=(64, 64),
-                    activation="tanh", anneal_lr=True, learning_rate=2.5e-4, gamma=0.99, gae_lambda=0.95,
-                    clip_eps=0.2, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5),
+        config=dict(
+            num_envs=4,
+            num_steps=128,
+            num_epochs=4,
+            num_minibatches=4,
+            hidden_sizes=(64, 64),
+            activation="tanh",
+            anneal_lr=True,
+            learning_rate=2.5e-4,
+            gamma=0.99,
+            gae_lambda=0.95,
+            clip_eps=0.2,
+            ent_coef=0.01,
+            vf_coef=0.5,
+            max_grad_norm=0.5,
+        ),
         # The same settings in rejax's names. rejax's optimiser (constant learning rate,
         # element-wise clipping, Adam eps 1e-8) is replaced by PureJaxRL's: rejax_ppo_class.
         peer="PPO",
-        peer_config=dict(num_envs=4, num_steps=128, num_epochs=4, num_minibatches=4,
-                         agent_kwargs={"activation": "tanh", "hidden_layer_sizes": (64, 64)},
-                         learning_rate=2.5e-4, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01,
-                         vf_coef=0.5, max_grad_norm=0.5),
-        notes=("rejax runs with PureJaxRL's optimiser, as jaxrl does: global-norm clipping, Adam eps 1e-5, the "
-               "learning rate annealed linearly to 0.",
-               "rejax differs by design: flax-default (lecun) init instead of orthogonal; actor and critic have "
-               "separate optimisers, so the .5 global-norm clip applies to each network's gradient separately "
-               "(jaxrl: jointly); truncation is treated as termination (jaxrl bootstraps truncated episodes); "
-               "its evaluation samples the policy (jaxrl's takes the mode).",),
+        peer_config=dict(
+            num_envs=4,
+            num_steps=128,
+            num_epochs=4,
+            num_minibatches=4,
+            agent_kwargs={"activation": "tanh", "hidden_layer_sizes": (64, 64)},
+            learning_rate=2.5e-4,
+            gamma=0.99,
+            gae_lambda=0.95,
+            clip_eps=0.2,
+            ent_coef=0.01,
+            vf_coef=0.5,
+            max_grad_norm=0.5,
+        ),
+        notes=(
+            "rejax runs with PureJaxRL's optimiser, as jaxrl does: global-norm clipping, Adam eps 1e-5, the "
+            "learning rate annealed linearly to 0.",
+            "rejax differs by design: flax-default (lecun) init instead of orthogonal; actor and critic have "
+            "separate optimisers, so the .5 global-norm clip applies to each network's gradient separately "
+            "(jaxrl: jointly); truncation is treated as termination (jaxrl bootstraps truncated episodes); "
+            "its evaluation samples the policy (jaxrl's takes the mode).",
+        ),
     ),
     # The A2C family at their Configs' defaults (no peer: rejax 0.1.3 has none of them).
     "a2c": Entry("a2c", "A2C on CartPole-v1 at a2c.Config()'s defaults", "CartPole-v1", 200_000, 20_000),
     "reinforce": Entry(
-        "reinforce", "REINFORCE on CartPole-v1 at reinforce.Config()'s defaults", "CartPole-v1", 200_000, 20_000,
-        notes=("REINFORCE's env steps count every simulated step, also those after each env's first episode, "
-               "which it does not learn from.",)),
-    "impala": Entry("impala", "IMPALA on CartPole-v1 at impala.Config()'s defaults (policy lag 1)", "CartPole-v1",
-                    200_000, 20_000),
-    "impala-lag4": Entry("impala", "IMPALA on CartPole-v1 with policy_lag=4", "CartPole-v1", 200_000, 20_000,
-                         config=dict(policy_lag=4)),
+        "reinforce",
+        "REINFORCE on CartPole-v1 at reinforce.Config()'s defaults",
+        "CartPole-v1",
+        200_000,
+        20_000,
+        notes=(
+            "REINFORCE's env steps count every simulated step, also those after each env's first episode, "
+            "which it does not learn from.",
+        ),
+    ),
+    "impala": Entry(
+        "impala", "IMPALA on CartPole-v1 at impala.Config()'s defaults (policy lag 1)", "CartPole-v1", 200_000, 20_000
+    ),
+    "impala-lag4": Entry(
+        "impala", "IMPALA on CartPole-v1 with policy_lag=4", "CartPole-v1", 200_000, 20_000, config=dict(policy_lag=4)
+    ),
     "dqn": Entry(
-        "dqn", "DQN on CartPole-v1 at rejax's CartPole settings", "CartPole-v1", budget=100_000, quick=10_000,
+        "dqn",
+        "DQN on CartPole-v1 at rejax's CartPole settings",
+        "CartPole-v1",
+        budget=100_000,
+        quick=10_000,
         config=dict(
             num_envs=10,
-            num_steps=1,                   # rejax: one env step per env per iteration
-            num_updates=5,                 # num_epochs: gradient updates per iteration, each on a fresh batch
+            num_steps=1,  # rejax: one env step per env per iteration
+            num_updates=5,  # num_epochs: gradient updates per iteration, each on a fresh batch
             batch_size=100,
-            buffer_size=50_000,            # transitions, FIFO on both sides
+            buffer_size=50_000,  # transitions, FIFO on both sides
             # rejax updates once global_step > fill_buffer, tested before collecting:
             # (fill_buffer // num_envs + 1) * num_envs random-action steps.
             learning_starts=5_010,
             hidden_sizes=(64, 64),
-            activation="silu",             # swish == silu
-            dueling=True,                  # agent DuelingQNetwork: value + advantage - mean(advantage)
-            double=True,                   # ddqn
-            n_step=1, prioritized=False, distributional=False, noisy=False,
+            activation="silu",  # swish == silu
+            dueling=True,  # agent DuelingQNetwork: value + advantage - mean(advantage)
+            double=True,  # ddqn
+            n_step=1,
+            prioritized=False,
+            distributional=False,
+            noisy=False,
             # rejax moves the target after every iteration (target_update_freq 1 <= num_envs), i.e.
             # every num_epochs updates: target <- polyak * target + (1 - polyak) * online.
-            target_update_period=5, tau=0.02,
-            loss="mse",                    # optax.l2_loss: 0.5 * td^2, mean over the batch
-            learning_rate=0.001, anneal_lr=False,  # Adam (eps 1e-8 on both sides), constant
-            max_grad_norm=10.0,            # NOT the same: rejax clips each gradient element (optax.clip)
+            target_update_period=5,
+            tau=0.02,
+            loss="mse",  # optax.l2_loss: 0.5 * td^2, mean over the batch
+            learning_rate=0.001,
+            anneal_lr=False,  # Adam (eps 1e-8 on both sides), constant
+            max_grad_norm=10.0,  # NOT the same: rejax clips each gradient element (optax.clip)
             gamma=0.99,
             # Linear over exploration_fraction * total_timesteps env steps, from step 0.
-            epsilon_start=1.0, epsilon_end=0.05, exploration_fraction=0.5,
+            epsilon_start=1.0,
+            epsilon_end=0.05,
+            exploration_fraction=0.5,
         ),
         # The "dqn" section of rejax's configs/gymnax/cartpole.yaml (in the rejax repository,
         # not in the 0.1.3 wheel), plus the code defaults it leaves unset ("code default").
@@ -143,18 +192,30 @@ ENTRIES = {
         peer_config=dict(
             agent="DuelingQNetwork",
             agent_kwargs={"activation": "swish"},  # hidden_layer_sizes (64, 64): code default
-            num_envs=10, buffer_size=50_000, fill_buffer=5_000, batch_size=100,
-            max_grad_norm=10.0,            # optax.clip: element-wise
-            learning_rate=0.001, num_epochs=5,
-            target_update_freq=1,          # code default (the yaml's "target_update_freq: 200" is commented out)
-            polyak=0.98, eps_start=1.0, eps_end=0.05, exploration_fraction=0.5, gamma=0.99, ddqn=True,
+            num_envs=10,
+            buffer_size=50_000,
+            fill_buffer=5_000,
+            batch_size=100,
+            max_grad_norm=10.0,  # optax.clip: element-wise
+            learning_rate=0.001,
+            num_epochs=5,
+            target_update_freq=1,  # code default (the yaml's "target_update_freq: 200" is commented out)
+            polyak=0.98,
+            eps_start=1.0,
+            eps_end=0.05,
+            exploration_fraction=0.5,
+            gamma=0.99,
+            ddqn=True,
             normalize_observations=False,
-            normalize_rewards=False,       # code default
+            normalize_rewards=False,  # code default
         ),
-        notes=("Gradient clipping: rejax clips each element to [-10, 10] (optax.clip), jaxrl the global norm to 10 "
-               "(not settable in jaxrl).", *OFFPOLICY_NOTES[:2],
-               "Initialisation: rejax flax defaults (lecun-normal kernels); jaxrl orthogonal (sqrt 2 torso, 1.0 "
-               "heads). Evaluation: jaxrl greedy, rejax its own act (epsilon 0.005)."),
+        notes=(
+            "Gradient clipping: rejax clips each element to [-10, 10] (optax.clip), jaxrl the global norm to 10 "
+            "(not settable in jaxrl).",
+            *OFFPOLICY_NOTES[:2],
+            "Initialisation: rejax flax defaults (lecun-normal kernels); jaxrl orthogonal (sqrt 2 torso, 1.0 "
+            "heads). Evaluation: jaxrl greedy, rejax its own act (epsilon 0.005).",
+        ),
     ),
     # SAC, TD3 and DDPG: the "sac" / "td3" sections of rejax's configs/gymnax/pendulum.yaml
     # (in the rejax repository, not the 0.1.3 wheel) plus the 0.1.3 code defaults they leave
@@ -164,101 +225,160 @@ ENTRIES = {
     # The yaml normalises observations; jaxrl's off-policy algorithms cannot, so rejax runs
     # without (normalize_observations=False).
     "sac": Entry(
-        "sac", "SAC on Pendulum-v1 at rejax's Pendulum settings", "Pendulum-v1", budget=20_000, quick=2_000,
+        "sac",
+        "SAC on Pendulum-v1 at rejax's Pendulum settings",
+        "Pendulum-v1",
+        budget=20_000,
+        quick=2_000,
         config=dict(
-            num_envs=1, batch_size=256, buffer_size=10_000, n_step=1,
-            hidden_sizes=(64, 64),         # actor and critics
-            activation="silu",             # swish == silu
-            learning_rate=0.01,            # Adam (eps 1e-8 on both sides), constant, every network
+            num_envs=1,
+            batch_size=256,
+            buffer_size=10_000,
+            n_step=1,
+            hidden_sizes=(64, 64),  # actor and critics
+            activation="silu",  # swish == silu
+            learning_rate=0.01,  # Adam (eps 1e-8 on both sides), constant, every network
             gamma=0.99,
-            tau=0.02,                      # 1 - polyak, after every update (target_update_freq 1, num_epochs 1)
-            num_steps=1, num_updates=1,    # num_epochs: one env step per env, then num_epochs updates
+            tau=0.02,  # 1 - polyak, after every update (target_update_freq 1, num_epochs 1)
+            num_steps=1,
+            num_updates=1,  # num_epochs: one env step per env, then num_epochs updates
             # rejax updates iff global_step > fill_buffer after collecting: fill_buffer // num_envs
             # iterations without updates on both sides; but rejax acts with its policy from step 0,
             # jaxrl uniformly at random until then.
             learning_starts=256,
             autotune=True,
-            alpha=1.0,                     # initial_alpha (code default): rejax's log_alpha starts at 0
-            target_entropy=-1.0,           # -action_dim (target_entropy_ratio is for discrete actions)
-        ),                                 # twin critics as num_critics=2; max_grad_norm inf = no clipping
+            alpha=1.0,  # initial_alpha (code default): rejax's log_alpha starts at 0
+            target_entropy=-1.0,  # -action_dim (target_entropy_ratio is for discrete actions)
+        ),  # twin critics as num_critics=2; max_grad_norm inf = no clipping
         peer="SAC",
         peer_config=dict(
             agent_kwargs={"activation": "swish"},
-            hidden_layer_sizes=(64, 64),   # code default (SAC.create_agent)
-            num_critics=2,                 # code default
-            num_envs=1, buffer_size=10_000, fill_buffer=256, batch_size=256,
-            learning_rate=0.01,            # actor, critics and temperature (one optax chain)
-            num_epochs=1,                  # gradient updates per env step
-            gamma=0.99, polyak=0.98,
-            target_update_freq=1,          # code default
-            max_grad_norm=math.inf,        # code default: optax.clip(inf), no clipping
-            normalize_observations=False, normalize_rewards=False,
+            hidden_layer_sizes=(64, 64),  # code default (SAC.create_agent)
+            num_critics=2,  # code default
+            num_envs=1,
+            buffer_size=10_000,
+            fill_buffer=256,
+            batch_size=256,
+            learning_rate=0.01,  # actor, critics and temperature (one optax chain)
+            num_epochs=1,  # gradient updates per env step
+            gamma=0.99,
+            polyak=0.98,
+            target_update_freq=1,  # code default
+            max_grad_norm=math.inf,  # code default: optax.clip(inf), no clipping
+            normalize_observations=False,
+            normalize_rewards=False,
         ),
-        notes=("Update order: rejax actor, then critics (the target's next action from the just-updated actor), "
-               "then temperature; jaxrl critics, then actor (against the updated critics), then temperature.",
-               "Temperature loss: rejax -alpha * (log pi + target), jaxrl log_alpha * (entropy - target): same sign, "
-               "gradients differ by the factor alpha. Critic loss: rejax 0.5 * squared error, jaxrl squared error.",
-               "Policy: rejax clips log_std to [-10, 2], jaxrl squashes it smoothly into [-5, 2]. Evaluation: the "
-               "tanh of the Gaussian's mean on both sides (rejax's own act samples, so the benchmark passes one).",
-               *OFFPOLICY_NOTES),
+        notes=(
+            "Update order: rejax actor, then critics (the target's next action from the just-updated actor), "
+            "then temperature; jaxrl critics, then actor (against the updated critics), then temperature.",
+            "Temperature loss: rejax -alpha * (log pi + target), jaxrl log_alpha * (entropy - target): same sign, "
+            "gradients differ by the factor alpha. Critic loss: rejax 0.5 * squared error, jaxrl squared error.",
+            "Policy: rejax clips log_std to [-10, 2], jaxrl squashes it smoothly into [-5, 2]. Evaluation: the "
+            "tanh of the Gaussian's mean on both sides (rejax's own act samples, so the benchmark passes one).",
+            *OFFPOLICY_NOTES,
+        ),
     ),
     "td3": Entry(
-        "td3", "TD3 on Pendulum-v1 at rejax's Pendulum settings", "Pendulum-v1", budget=20_000, quick=2_000,
+        "td3",
+        "TD3 on Pendulum-v1 at rejax's Pendulum settings",
+        "Pendulum-v1",
+        budget=20_000,
+        quick=2_000,
         config=dict(
-            num_envs=1, batch_size=100, buffer_size=10_000, n_step=1, hidden_sizes=(64, 64), activation="silu",
-            learning_rate=0.001, gamma=0.99,
-            tau=0.05,                      # 1 - polyak: actor and critic targets after every actor update
+            num_envs=1,
+            batch_size=100,
+            buffer_size=10_000,
+            n_step=1,
+            hidden_sizes=(64, 64),
+            activation="silu",
+            learning_rate=0.001,
+            gamma=0.99,
+            tau=0.05,  # 1 - polyak: actor and critic targets after every actor update
             # rejax's iteration: policy_delay x (collect num_envs steps, num_epochs critic updates),
             # then num_epochs actor updates and one target update. jaxrl: collect policy_delay
             # steps per env, then policy_delay * num_epochs critic updates with the actor and
             # targets on every policy_delay-th: the same counts, in another order.
-            num_steps=2, num_updates=2, policy_delay=2,
+            num_steps=2,
+            num_updates=2,
+            policy_delay=2,
             # rejax acts at random (and does not update) while global_step <= fill_buffer
             # before collecting: (fill // num_envs + 1) * num_envs = 1,001 steps, rounded down
             # to whole jaxrl iterations, so jaxrl makes one critic update more.
             learning_starts=1_000,
-            twin_critics=True,             # num_critics 2
-            exploration_noise=0.15,        # rejax's 0.3 in env units
-            target_noise=0.1, target_noise_clip=0.25,  # rejax's 0.2 and 0.5 in env units
-        ),                                 # no clipping in jaxrl; rejax's element-wise 100 barely acts
+            twin_critics=True,  # num_critics 2
+            exploration_noise=0.15,  # rejax's 0.3 in env units
+            target_noise=0.1,
+            target_noise_clip=0.25,  # rejax's 0.2 and 0.5 in env units
+        ),  # no clipping in jaxrl; rejax's element-wise 100 barely acts
         peer="TD3",
         peer_config=dict(
-            actor_kwargs={"activation": "swish"}, critic_kwargs={"activation": "swish"},  # 64x64: hard-coded
-            num_critics=2,                 # code default
-            num_envs=1, buffer_size=10_000, fill_buffer=1_000, batch_size=100, learning_rate=0.001,
-            num_epochs=1,                  # critic updates per env step
-            gamma=0.99, polyak=0.95,
-            target_update_freq=1,          # code default
-            max_grad_norm=100.0,           # optax.clip: element-wise
-            exploration_noise=0.3, target_noise=0.2, target_noise_clip=0.5,  # env action units
-            policy_delay=2, normalize_observations=False, normalize_rewards=False,
+            actor_kwargs={"activation": "swish"},
+            critic_kwargs={"activation": "swish"},  # 64x64: hard-coded
+            num_critics=2,  # code default
+            num_envs=1,
+            buffer_size=10_000,
+            fill_buffer=1_000,
+            batch_size=100,
+            learning_rate=0.001,
+            num_epochs=1,  # critic updates per env step
+            gamma=0.99,
+            polyak=0.95,
+            target_update_freq=1,  # code default
+            max_grad_norm=100.0,  # optax.clip: element-wise
+            exploration_noise=0.3,
+            target_noise=0.2,
+            target_noise_clip=0.5,  # env action units
+            policy_delay=2,
+            normalize_observations=False,
+            normalize_rewards=False,
         ),
-        notes=("Actor loss: rejax -mean over BOTH critics of Q(s, actor(s)); jaxrl -mean Q_1 (as in the TD3 paper). "
-               "Critic loss: rejax 0.5 * squared error per critic, jaxrl squared error.", *OFFPOLICY_NOTES),
+        notes=(
+            "Actor loss: rejax -mean over BOTH critics of Q(s, actor(s)); jaxrl -mean Q_1 (as in the TD3 paper). "
+            "Critic loss: rejax 0.5 * squared error per critic, jaxrl squared error.",
+            *OFFPOLICY_NOTES,
+        ),
     ),
     "ddpg": Entry(
-        "ddpg", "DDPG on Pendulum-v1 at rejax's former Pendulum DDPG settings", "Pendulum-v1", budget=20_000,
+        "ddpg",
+        "DDPG on Pendulum-v1 at rejax's former Pendulum DDPG settings",
+        "Pendulum-v1",
+        budget=20_000,
         quick=2_000,
         config=dict(
-            num_envs=1, batch_size=100, buffer_size=5_000, n_step=1,
-            hidden_sizes=(64, 64),         # assumed, as rejax's TD3 and SAC
-            activation="silu", learning_rate=0.001, gamma=0.98,
-            tau=0.005,                     # 1 - polyak
-            num_steps=1, num_updates=1,    # num_epochs 1
-            learning_starts=1_000,         # fill_buffer: random steps before the first update
-            policy_delay=1, twin_critics=False, target_noise=0.0,  # one critic, no delay, no target noise
-            exploration_noise=0.1,         # 0.2 in env units
-        ),                                 # not settable in jaxrl: max_grad_norm 10, normalize_observations
-        notes=("rejax 0.1.3 has no DDPG (removed before 0.1), so no peer; its TD3 cannot stand in: with "
-               "num_critics=1 its critic update fails, and with policy_delay=1, target_noise=0 it still takes the "
-               "minimum of two critics.",),
+            num_envs=1,
+            batch_size=100,
+            buffer_size=5_000,
+            n_step=1,
+            hidden_sizes=(64, 64),  # assumed, as rejax's TD3 and SAC
+            activation="silu",
+            learning_rate=0.001,
+            gamma=0.98,
+            tau=0.005,  # 1 - polyak
+            num_steps=1,
+            num_updates=1,  # num_epochs 1
+            learning_starts=1_000,  # fill_buffer: random steps before the first update
+            policy_delay=1,
+            twin_critics=False,
+            target_noise=0.0,  # one critic, no delay, no target noise
+            exploration_noise=0.1,  # 0.2 in env units
+        ),  # not settable in jaxrl: max_grad_norm 10, normalize_observations
+        notes=(
+            "rejax 0.1.3 has no DDPG (removed before 0.1), so no peer; its TD3 cannot stand in: with "
+            "num_critics=1 its critic update fails, and with policy_delay=1, target_noise=0 it still takes the "
+            "minimum of two critics.",
+        ),
     ),
     "bc": Entry(
-        "bc", "behaviour cloning on CartPole-v1 at bc.Config()'s defaults, from 10,000 random transitions",
-        "CartPole-v1", budget=5_000, quick=500,
-        notes=("BC takes no env steps: its steps are gradient updates. Its data are random observations and "
-               "actions (a BC update costs the same whatever they are), so its return is a clone of noise: a "
-               "throughput figure, not a quality one.",),
+        "bc",
+        "behaviour cloning on CartPole-v1 at bc.Config()'s defaults, from 10,000 random transitions",
+        "CartPole-v1",
+        budget=5_000,
+        quick=500,
+        notes=(
+            "BC takes no env steps: its steps are gradient updates. Its data are random observations and "
+            "actions (a BC update costs the same whatever they are), so its return is a clone of noise: a "
+            "throughput figure, not a quality one.",
+        ),
     ),
 }
 
@@ -271,8 +391,9 @@ def jaxrl_config(entry: Entry, quick: bool):
     evaluations and no progress reports (host callbacks are not what is measured)."""
     module = importlib.import_module(f"jaxrl.algorithms.{entry.algorithm}")
     budget = {"num_updates" if entry.algorithm == "bc" else "total_timesteps": entry.quick if quick else entry.budget}
-    return module, module.Config(env_id=entry.env_id, num_reports=0, num_evals=EVALS, eval_episodes=EVAL_EPISODES,
-                                 **budget, **entry.config)
+    return module, module.Config(
+        env_id=entry.env_id, num_reports=0, num_evals=EVALS, eval_episodes=EVAL_EPISODES, **budget, **entry.config
+    )
 
 
 def random_dataset(jax, config, size: int = 10_000):
@@ -285,10 +406,20 @@ def random_dataset(jax, config, size: int = 10_000):
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(size, *spec.obs_shape)).astype(np.float32)
     zeros = np.zeros(size, np.float32)
-    return jax.device_put(data.Dataset(
-        obs=obs, action=rng.integers(0, spec.num_actions, size).astype(np.int32), reward=zeros,
-        terminated=np.zeros(size, bool), truncated=np.zeros(size, bool), next_obs=obs, episode_return=zeros,
-        episode_length=np.zeros(size, np.int32), env_id=config.env_id, num_envs=1))
+    return jax.device_put(
+        data.Dataset(
+            obs=obs,
+            action=rng.integers(0, spec.num_actions, size).astype(np.int32),
+            reward=zeros,
+            terminated=np.zeros(size, bool),
+            truncated=np.zeros(size, bool),
+            next_obs=obs,
+            episode_return=zeros,
+            episode_length=np.zeros(size, np.int32),
+            env_id=config.env_id,
+            num_envs=1,
+        )
+    )
 
 
 def run_jaxrl(jax, entry: Entry, seeds: int, args) -> dict:
@@ -305,16 +436,27 @@ def run_jaxrl(jax, entry: Entry, seeds: int, args) -> dict:
     timing, out = time_compiled(jax, train, inputs, args.runs)
     counter = getattr(out.state, module.program(config).counter)  # env steps, or BC's updates
     final = metrics.latest_finite(jax.device_get(out.metrics["eval_return"]))
-    return dict(timing, steps_per_seed=int(np.asarray(counter).reshape(-1)[0]),
-                final_eval_return=float(np.mean(final)) if np.isfinite(final).any() else None,
-                settings={f.name: repr(getattr(config, f.name)) for f in dataclasses.fields(config)})
+    return dict(
+        timing,
+        steps_per_seed=int(np.asarray(counter).reshape(-1)[0]),
+        final_eval_return=float(np.mean(final)) if np.isfinite(final).any() else None,
+        settings={f.name: repr(getattr(config, f.name)) for f in dataclasses.fields(config)},
+    )
 
 
 # ============================================================================ child: the floor
 
 # How the floor runs each algorithm's learner (its network passes per update).
-FLOORS = {"ppo": "onpolicy", "a2c": "onpolicy", "reinforce": "onpolicy", "impala": "onpolicy", "dqn": "dqn",
-          "sac": "sac", "ddpg": "ddpg", "td3": "ddpg"}
+FLOORS = {
+    "ppo": "onpolicy",
+    "a2c": "onpolicy",
+    "reinforce": "onpolicy",
+    "impala": "onpolicy",
+    "dqn": "dqn",
+    "sac": "sac",
+    "ddpg": "ddpg",
+    "td3": "ddpg",
+}
 
 
 def tiny_sgd(jax, params, grads):
@@ -383,11 +525,18 @@ def run_floor(jax, entry: Entry, seeds: int, args) -> dict:
 
     keys = jax.random.split(jax.random.key(args.seed), seeds)
     timing, _ = time_compiled(jax, jax.vmap(one_seed), (keys,), args.runs)
-    settings = {"iterations": config.num_iterations, "warm-up iterations (env steps only)": warmup,
-                "env steps per iteration": f"{config.num_steps} x {config.num_envs} envs",
-                "learner": FLOORS[entry.algorithm], "batch": getattr(config, "batch_size", "the rollout's")}
-    return dict(timing, steps_per_seed=config.num_iterations * config.num_envs * config.num_steps,
-                settings={k: str(v) for k, v in settings.items()})
+    settings = {
+        "iterations": config.num_iterations,
+        "warm-up iterations (env steps only)": warmup,
+        "env steps per iteration": f"{config.num_steps} x {config.num_envs} envs",
+        "learner": FLOORS[entry.algorithm],
+        "batch": getattr(config, "batch_size", "the rollout's"),
+    }
+    return dict(
+        timing,
+        steps_per_seed=config.num_iterations * config.num_envs * config.num_steps,
+        settings={k: str(v) for k, v in settings.items()},
+    )
 
 
 def onpolicy_passes(jax, module, config, spec):
@@ -431,13 +580,17 @@ def random_batch(config, spec) -> dict:
     rng = np.random.default_rng(0)
     shape = (config.batch_size, *spec.obs_shape)
     action_dim = math.prod(spec.action_shape)
-    return dict(obs=rng.normal(size=shape).astype(np.float32), next_obs=rng.normal(size=shape).astype(np.float32),
-                action=rng.uniform(-1.0, 1.0, (config.batch_size, action_dim)).astype(np.float32))  # unit actions
+    return dict(
+        obs=rng.normal(size=shape).astype(np.float32),
+        next_obs=rng.normal(size=shape).astype(np.float32),
+        action=rng.uniform(-1.0, 1.0, (config.batch_size, action_dim)).astype(np.float32),
+    )  # unit actions
 
 
 def updates(jax, config, critic_step, actor_step, period: int = 1):
     """An iteration's learner: ``num_updates`` of ``critic_step``, with ``actor_step`` after
     every ``period``-th (TD3's policy delay)."""
+
     def group(params, _):
         for _ in range(period):
             params = critic_step(params)
@@ -498,9 +651,11 @@ def sac_passes(jax, module, config, spec):
             loc, log_std = actor.apply(a, batch["obs"])
             return jnp.mean(log_std) - jnp.mean(jnp.min(critic.apply(params["critic"], batch["obs"], jnp.tanh(loc)), 0))
 
-        return {"actor": tiny_sgd(jax, params["actor"], jax.grad(actor_loss)(params["actor"])),
-                "critic": tiny_sgd(jax, params["critic"], critic_grad),
-                "target": tiny_sgd(jax, params["target"], critic_grad)}
+        return {
+            "actor": tiny_sgd(jax, params["actor"], jax.grad(actor_loss)(params["actor"])),
+            "critic": tiny_sgd(jax, params["critic"], critic_grad),
+            "target": tiny_sgd(jax, params["target"], critic_grad),
+        }
 
     def act(params, obs):  # the tanh of the Gaussian's mean, on the action bounds
         loc = actor.apply(params["actor"], obs)[0]
@@ -529,18 +684,25 @@ def ddpg_passes(jax, module, config, spec):
         target = jnp.min(critic.apply(params["target_critic"], batch["next_obs"], next_action), axis=0)
         loss = lambda c: jnp.mean(jnp.square(critic.apply(c, batch["obs"], batch["action"]) - target))
         grads = jax.grad(loss)(params["critic"])
-        return {**params, "critic": tiny_sgd(jax, params["critic"], grads),
-                "target_critic": tiny_sgd(jax, params["target_critic"], grads)}
+        return {
+            **params,
+            "critic": tiny_sgd(jax, params["critic"], grads),
+            "target_critic": tiny_sgd(jax, params["target_critic"], grads),
+        }
 
     def actor_step(params):
         first_critic = jax.tree.map(lambda p: p[:1], params["critic"])
         loss = lambda a: -jnp.mean(first.apply(first_critic, batch["obs"], actor.apply(a, batch["obs"])))
         grads = jax.grad(loss)(params["actor"])
-        return {**params, "actor": tiny_sgd(jax, params["actor"], grads),
-                "target_actor": tiny_sgd(jax, params["target_actor"], grads)}
+        return {
+            **params,
+            "actor": tiny_sgd(jax, params["actor"], grads),
+            "target_actor": tiny_sgd(jax, params["target_actor"], grads),
+        }
 
     def act(params, obs):
         return spec.from_unit(actor.apply(params["actor"], obs).reshape(action_batch_shape(obs, spec))), jnp.zeros(())
+
     return init, act, updates(jax, config, critic_step, actor_step, config.policy_delay)
 
 
@@ -593,8 +755,10 @@ def rejax_ppo_class(num_updates: int):
                 return learning_rate * (1.0 - jnp.minimum(count, num_updates) / num_updates)
 
             tx = optax.chain(optax.clip_by_global_norm(self.max_grad_norm), optax.adam(schedule, eps=1e-5))
-            return {"actor_ts": TrainState.create(apply_fn=(), params=actor_params, tx=tx),
-                    "critic_ts": TrainState.create(apply_fn=(), params=critic_params, tx=tx)}
+            return {
+                "actor_ts": TrainState.create(apply_fn=(), params=actor_params, tx=tx),
+                "critic_ts": TrainState.create(apply_fn=(), params=critic_params, tx=tx),
+            }
 
     return PPO
 
@@ -626,8 +790,14 @@ def run_peer(jax, entry: Entry, seeds: int, args) -> dict:
     if entry.peer == "PPO":
         cls = rejax_ppo_class(EVALS * per_block * entry.config["num_epochs"] * entry.config["num_minibatches"])
     env, env_params = rejax_env(entry.env_id)
-    algo = cls.create(env=env, env_params=env_params, total_timesteps=EVALS * per_block * steps,
-                      eval_freq=per_block * steps, skip_initial_evaluation=True, **entry.peer_config)
+    algo = cls.create(
+        env=env,
+        env_params=env_params,
+        total_timesteps=EVALS * per_block * steps,
+        eval_freq=per_block * steps,
+        skip_initial_evaluation=True,
+        **entry.peer_config,
+    )
 
     def eval_callback(algo, ts, rng):
         act = rejax_sac_mode(algo, ts) if entry.peer == "SAC" else algo.make_act(ts)
@@ -637,16 +807,30 @@ def run_peer(jax, entry: Entry, seeds: int, args) -> dict:
     timing, out = time_compiled(jax, jax.vmap(algo.replace(eval_callback=eval_callback).train), (keys,), args.runs)
     ts, (_, returns) = jax.device_get(out)
     settings = dict(entry.peer_config, total_timesteps=algo.total_timesteps, eval_freq=algo.eval_freq)
-    return dict(timing, steps_per_seed=int(np.asarray(ts.global_step).reshape(-1)[0]),
-                final_eval_return=float(np.mean(np.asarray(returns)[:, -1])),
-                settings={k: repr(v) for k, v in settings.items()})
+    return dict(
+        timing,
+        steps_per_seed=int(np.asarray(ts.global_step).reshape(-1)[0]),
+        final_eval_return=float(np.mean(np.asarray(returns)[:, -1])),
+        settings={k: repr(v) for k, v in settings.items()},
+    )
 
 
 # ============================================================================ parent
 
 
-HEADERS = ["run", "algorithm", "seeds", "steps/seed", "compile s", "run s (fastest)", "all runs s", "steps/s",
-           "/ peer", "/ floor", "final eval return"]
+HEADERS = [
+    "run",
+    "algorithm",
+    "seeds",
+    "steps/seed",
+    "compile s",
+    "run s (fastest)",
+    "all runs s",
+    "steps/s",
+    "/ peer",
+    "/ floor",
+    "final eval return",
+]
 
 
 def ratios(results) -> None:
@@ -666,9 +850,16 @@ def row(r) -> list[str]:
     if "error" in r:
         return cells + ["FAILED (see below)"] + ["-"] * (len(HEADERS) - 4)
     peer = f"{r['peer_ratio']:.2f}x" if "peer_ratio" in r else "-"
-    return cells + [f"{r['steps_per_seed']:,}", f"{r['compile_s']:.1f}", f"{r['run_s']:.2f}",
-                    ", ".join(f"{t:.2f}" for t in r["run_times"]), f"{r['steps_per_s']:,.0f}", peer,
-                    fmt(r.get("floor_share"), ".0%"), fmt(r.get("final_eval_return"), ".1f")]
+    return cells + [
+        f"{r['steps_per_seed']:,}",
+        f"{r['compile_s']:.1f}",
+        f"{r['run_s']:.2f}",
+        ", ".join(f"{t:.2f}" for t in r["run_times"]),
+        f"{r['steps_per_s']:,.0f}",
+        peer,
+        fmt(r.get("floor_share"), ".0%"),
+        fmt(r.get("final_eval_return"), ".1f"),
+    ]
 
 
 def plot(results, path: str) -> None:
@@ -685,8 +876,9 @@ def plot(results, path: str) -> None:
     for ax, count in zip(axes[:, 0], seeds, strict=True):
         for i, run in enumerate(RUNS):
             rate = {r["entry"]: r["steps_per_s"] for r in ok if r["run"] == run and r["seeds"] == count}
-            ax.bar([j + (i - 1) * 0.27 for j in range(len(names))], [rate.get(n, math.nan) for n in names], 0.27,
-                   label=run)
+            ax.bar(
+                [j + (i - 1) * 0.27 for j in range(len(names))], [rate.get(n, math.nan) for n in names], 0.27, label=run
+            )
         ax.set_yscale("log")
         ax.set_xticks(range(len(names)), names)
         ax.set_ylabel("steps / s (steady state)")
@@ -699,14 +891,23 @@ def plot(results, path: str) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("algos", nargs="*", metavar="ALGO",
-                        help=f"entries or algorithms to measure (default: all): {', '.join(ENTRIES)}")
-    parser.add_argument("--seeds", type=int, nargs="+", default=None,
-                        help="numbers of vmapped seeds to measure (default: 1 8; --quick: 1)")
-    parser.add_argument("--quick", action="store_true",
-                        help="a smoke test of every entry: tiny budgets, 1 run, 1 seed")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "algos",
+        nargs="*",
+        metavar="ALGO",
+        help=f"entries or algorithms to measure (default: all): {', '.join(ENTRIES)}",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=None,
+        help="numbers of vmapped seeds to measure (default: 1 8; --quick: 1)",
+    )
+    parser.add_argument("--quick", action="store_true", help="a smoke test of every entry: tiny budgets, 1 run, 1 seed")
     parser.add_argument("--no-peers", action="store_true", help="measure no rejax rows, even if rejax is installed")
     parser.add_argument("--no-floor", action="store_true", help="measure no floor rows")
     parser.add_argument("--plot", metavar="PNG", help="write a bar chart of steps/s (matplotlib)")
@@ -719,9 +920,11 @@ def main(argv=None) -> int:
     if args.one:
         name, run, seeds = args.one
         measure = {"jaxrl": run_jaxrl, "rejax": run_peer, "floor": run_floor}[run]
-        measure_and_emit({"entry": name, "run": run, "seeds": int(seeds)},
-                         lambda jax: measure(jax, ENTRIES[name], int(seeds), args),
-                         packages=("gymnax", "rejax") if run == "rejax" else ("gymnax",))
+        measure_and_emit(
+            {"entry": name, "run": run, "seeds": int(seeds)},
+            lambda jax: measure(jax, ENTRIES[name], int(seeds), args),
+            packages=("gymnax", "rejax") if run == "rejax" else ("gymnax",),
+        )
         return 0
 
     known = set(ENTRIES) | {entry.algorithm for entry in ENTRIES.values()}
@@ -737,9 +940,12 @@ def main(argv=None) -> int:
         runs += ["floor"] * (entry.algorithm in FLOORS and not args.no_floor)
         plan += [(name, run, seeds) for seeds in args.seeds for run in runs]
     results = measure_plan(
-        plan, lambda item: measure_in_child(__file__, dict(zip(("entry", "run", "seeds"), item, strict=True)), args,
-                                            ("runs", "seed", "quick")),
-        label=lambda item: f"{item[0]}: {item[1]}, {item[2]} seed{'s' * (item[2] > 1)}")
+        plan,
+        lambda item: measure_in_child(
+            __file__, dict(zip(("entry", "run", "seeds"), item, strict=True)), args, ("runs", "seed", "quick")
+        ),
+        label=lambda item: f"{item[0]}: {item[1]}, {item[2]} seed{'s' * (item[2] > 1)}",
+    )
     derive_timing(results)
     ratios(results)
 
@@ -747,8 +953,10 @@ def main(argv=None) -> int:
     for name in names:
         entry = ENTRIES[name]
         budget = entry.quick if args.quick else entry.budget
-        notes.append(f"{name}: {entry.title}, {budget:,} {'updates' if name == 'bc' else 'env steps'} per seed"
-                     + (f"; peer rejax {entry.peer}" if entry.peer else ""))
+        notes.append(
+            f"{name}: {entry.title}, {budget:,} {'updates' if name == 'bc' else 'env steps'} per seed"
+            + (f"; peer rejax {entry.peer}" if entry.peer else "")
+        )
         notes += [f"{name}: {note}" for note in entry.notes]
     notes += ([peer_note] if peer_note else []) + [
         f"evaluation: {EVALS} x {EVAL_EPISODES} episodes per run on both sides, inside the timed run.",
@@ -762,8 +970,9 @@ def main(argv=None) -> int:
             seen.add((r["entry"], r["run"]))
             settings = ", ".join(f"{k}={v}" for k, v in r["settings"].items())
             notes.append(f"{r['entry']} {r['run']} settings: {settings}")
-    title = (f"Training throughput, seeds vmapped: {', '.join(map(str, args.seeds))}"
-             + (" (--quick budgets)" if args.quick else ""))
+    title = f"Training throughput, seeds vmapped: {', '.join(map(str, args.seeds))}" + (
+        " (--quick budgets)" if args.quick else ""
+    )
     report(title, HEADERS, [row(r) for r in results], notes, results, args.markdown, left=(0, 1))
     if args.plot and any("error" not in r for r in results):
         plot(results, args.plot)

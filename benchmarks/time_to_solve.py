@@ -55,13 +55,13 @@ TIANSHOU_DQN = dict(gamma=0.9, batch_size=64, num_updates=4, hidden_sizes=(64, 6
 @dataclasses.dataclass(frozen=True)
 class Cell:
     task: str
-    label: str                 # the thesis's column name
-    algorithm: str             # jaxrl.algorithms module
+    label: str  # the thesis's column name
+    algorithm: str  # jaxrl.algorithms module
     env_id: str
     threshold: float
-    thesis_seconds: float      # Tianshou's best time for the cell in the thesis
-    settings: dict             # Config overrides (besides env, budget, evals and reports)
-    chunk_iterations: int      # iterations between two checks of the solved rule
+    thesis_seconds: float  # Tianshou's best time for the cell in the thesis
+    settings: dict  # Config overrides (besides env, budget, evals and reports)
+    chunk_iterations: int  # iterations between two checks of the solved rule
     env_kwargs: dict = dataclasses.field(default_factory=dict)
 
     def config(self, overrides: dict | None = None):
@@ -72,20 +72,35 @@ class Cell:
         evaluations or progress reports."""
         module = importlib.import_module(f"jaxrl.algorithms.{self.algorithm}")
         make = getattr(module, "preset", None) or (lambda env_id, **kw: module.Config(env_id=env_id, **kw))
-        return make(self.env_id, env_kwargs=self.env_kwargs, num_evals=0, num_reports=0,
-                    **{**self.settings, **(overrides or {})})
+        return make(
+            self.env_id,
+            env_kwargs=self.env_kwargs,
+            num_evals=0,
+            num_reports=0,
+            **{**self.settings, **(overrides or {})},
+        )
 
 
 CELLS = {
-    "cartpole-pg": Cell("CartPole", "PG", "reinforce", "CartPole-v1", 195.0, 6.09, dict(learning_rate=1e-2), 10,
-                        CARTPOLE_200),
+    "cartpole-pg": Cell(
+        "CartPole", "PG", "reinforce", "CartPole-v1", 195.0, 6.09, dict(learning_rate=1e-2), 10, CARTPOLE_200
+    ),
     "cartpole-dqn": Cell("CartPole", "DQN", "dqn", "CartPole-v1", 195.0, 6.09, TIANSHOU_DQN, 50, CARTPOLE_200),
-    "cartpole-a2c": Cell("CartPole", "A2C", "a2c", "CartPole-v1", 195.0, 10.59, dict(learning_rate=3e-3), 100,
-                         CARTPOLE_200),
-    "cartpole-ppo": Cell("CartPole", "PPO", "ppo", "CartPole-v1", 195.0, 23.99,
-                         dict(num_envs=16, num_steps=32, learning_rate=1e-3), 10, CARTPOLE_200),
-    "pendulum-ppo": Cell("Pendulum", "PPO", "ppo", "Pendulum-v1", -250.0, 16.18,
-                         {}, 10),
+    "cartpole-a2c": Cell(
+        "CartPole", "A2C", "a2c", "CartPole-v1", 195.0, 10.59, dict(learning_rate=3e-3), 100, CARTPOLE_200
+    ),
+    "cartpole-ppo": Cell(
+        "CartPole",
+        "PPO",
+        "ppo",
+        "CartPole-v1",
+        195.0,
+        23.99,
+        dict(num_envs=16, num_steps=32, learning_rate=1e-3),
+        10,
+        CARTPOLE_200,
+    ),
+    "pendulum-ppo": Cell("Pendulum", "PPO", "ppo", "Pendulum-v1", -250.0, 16.18, {}, 10),
     "pendulum-ddpg": Cell("Pendulum", "DDPG", "ddpg", "Pendulum-v1", -250.0, 37.26, OFFPOLICY_PENDULUM, 100),
     "pendulum-td3": Cell("Pendulum", "TD3", "td3", "Pendulum-v1", -250.0, 44.04, OFFPOLICY_PENDULUM, 100),
     "pendulum-sac": Cell("Pendulum", "SAC", "sac", "Pendulum-v1", -250.0, 36.02, OFFPOLICY_PENDULUM, 100),
@@ -126,18 +141,33 @@ def measure_cell(name: str, cache_dir: str, items: list[str], seed: int):
         module = importlib.import_module(f"jaxrl.algorithms.{cell.algorithm}")
         overrides = cli.parse_overrides(module.Config, [item.split("=", 1) for item in items], cell.algorithm)
         config = cell.config(overrides)
-        result = runner.run(cell.algorithm, config, seeds=SEEDS, seed=seed, chunk_iterations=cell.chunk_iterations,
-                            target=metrics.Target(cell.threshold, episodes=WINDOW))
+        result = runner.run(
+            cell.algorithm,
+            config,
+            seeds=SEEDS,
+            seed=seed,
+            chunk_iterations=cell.chunk_iterations,
+            target=metrics.Target(cell.threshold, episodes=WINDOW),
+        )
         seconds = process_seconds()
         recent = metrics.recent_episode_return(result.metrics["episode_return"], result.metrics["episodes"], WINDOW)
         solved = recent >= cell.threshold
         timesteps = result.metrics["timesteps"]
         steps = [int(timesteps[s, np.argmax(solved[s])]) if solved[s].any() else None for s in range(SEEDS)]
-        return dict(seconds=seconds, compile_seconds=result.compile_seconds, run_seconds=result.run_seconds,
-                    solved=bool(result.stopped_early), steps=steps, env_steps=int(timesteps[:, -1].max()),
-                    final_recent=[float(v) for v in recent[:, -1]],
-                    settings={k: v for k, v in dataclasses.asdict(config).items()
-                              if k in cell.settings or k in overrides or k == "env_kwargs"})
+        return dict(
+            seconds=seconds,
+            compile_seconds=result.compile_seconds,
+            run_seconds=result.run_seconds,
+            solved=bool(result.stopped_early),
+            steps=steps,
+            env_steps=int(timesteps[:, -1].max()),
+            final_recent=[float(v) for v in recent[:, -1]],
+            settings={
+                k: v
+                for k, v in dataclasses.asdict(config).items()
+                if k in cell.settings or k in overrides or k == "env_kwargs"
+            },
+        )
 
     measure_and_emit({"cell": name, "cache": cache_dir != "-"}, measure, packages=("gymnax",))
 
@@ -158,8 +188,18 @@ def run_cell(script: str, args, name: str, cache_dir: str | None) -> dict:
     return result
 
 
-HEADERS = ["task", "algorithm", "thesis s", "cache", "jaxrl s", "compile s", "train s", "ratio",
-           "env steps per seed to solve", "solved"]
+HEADERS = [
+    "task",
+    "algorithm",
+    "thesis s",
+    "cache",
+    "jaxrl s",
+    "compile s",
+    "train s",
+    "ratio",
+    "env steps per seed to solve",
+    "solved",
+]
 
 
 def table_rows(results) -> list[list[str]]:
@@ -168,15 +208,38 @@ def table_rows(results) -> list[list[str]]:
         cell = CELLS[r["cell"]]
         mode = r.get("mode", "-")
         if "error" in r:
-            rows.append([cell.task, cell.label, f"{cell.thesis_seconds:.2f}", mode, "error", "-", "-", "-",
-                         r["error"][:60], "-"])
+            rows.append(
+                [
+                    cell.task,
+                    cell.label,
+                    f"{cell.thesis_seconds:.2f}",
+                    mode,
+                    "error",
+                    "-",
+                    "-",
+                    "-",
+                    r["error"][:60],
+                    "-",
+                ]
+            )
             continue
         steps = ", ".join(fmt(s, ",") if s is not None else "-" for s in r["steps"])
         solved = "yes" if r["solved"] else f"no ({sum(s is not None for s in r['steps'])}/{SEEDS})"
         ratio = cell.thesis_seconds / r["seconds"] if r["solved"] else float("nan")
-        rows.append([cell.task, cell.label, f"{cell.thesis_seconds:.2f}", mode, f"{r['seconds']:.1f}",
-                     f"{r['compile_seconds']:.1f}", f"{r['run_seconds']:.1f}", fmt(ratio, ".2f") + "x",
-                     steps, solved])
+        rows.append(
+            [
+                cell.task,
+                cell.label,
+                f"{cell.thesis_seconds:.2f}",
+                mode,
+                f"{r['seconds']:.1f}",
+                f"{r['compile_seconds']:.1f}",
+                f"{r['run_seconds']:.1f}",
+                fmt(ratio, ".2f") + "x",
+                steps,
+                solved,
+            ]
+        )
     return rows
 
 
@@ -208,19 +271,36 @@ def plot(results, path: str) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cells", nargs="+", choices=list(CELLS), default=list(CELLS), metavar="CELL",
-                        help=f"cells to run (default: all): {', '.join(CELLS)}")
-    parser.add_argument("--cache", choices=("none", "cold-warm", "warm"), default="cold-warm",
-                        help="none: no persistent compilation cache; cold-warm: a run filling an empty cache, "
-                             "then one using it; warm: only the second (default: %(default)s)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--cells",
+        nargs="+",
+        choices=list(CELLS),
+        default=list(CELLS),
+        metavar="CELL",
+        help=f"cells to run (default: all): {', '.join(CELLS)}",
+    )
+    parser.add_argument(
+        "--cache",
+        choices=("none", "cold-warm", "warm"),
+        default="cold-warm",
+        help="none: no persistent compilation cache; cold-warm: a run filling an empty cache, "
+        "then one using it; warm: only the second (default: %(default)s)",
+    )
     parser.add_argument("--plot", metavar="PNG", help="write a bar chart beside the thesis's times (matplotlib)")
-    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="override a Config field in every cell run (repeatable), as the command line's --set: "
-                             "e.g. --set num_envs=16 --set hidden_sizes=64,64")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="base seed: the cell's seeds are split from it (default: %(default)s)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override a Config field in every cell run (repeatable), as the command line's --set: "
+        "e.g. --set num_envs=16 --set hidden_sizes=64,64",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="base seed: the cell's seeds are split from it (default: %(default)s)"
+    )
     add_common_arguments(parser, one=("CELL", "CACHE_DIR"), runs=False, timeout=900)
     args = parser.parse_args(argv)
     if args.one:
@@ -234,13 +314,19 @@ def main(argv=None) -> int:
         cache_dir = None if args.cache == "none" else tempfile.mkdtemp(prefix="jaxrl-tts-cache-")
         try:
             for mode in modes:
-                print(f"{name}: {'compilation cache ' + mode if cache_dir else 'no compilation cache'}...",
-                      flush=True)
+                print(f"{name}: {'compilation cache ' + mode if cache_dir else 'no compilation cache'}...", flush=True)
                 result = run_cell(script, args, name, cache_dir)
                 result["mode"] = mode
-                print("  " + ("error: " + result["error"] if "error" in result else
-                              f"{result['seconds']:.1f} s (compile {result['compile_seconds']:.1f} s), "
-                              f"solved: {result['solved']}, steps {result['steps']}"), flush=True)
+                print(
+                    "  "
+                    + (
+                        "error: " + result["error"]
+                        if "error" in result
+                        else f"{result['seconds']:.1f} s (compile {result['compile_seconds']:.1f} s), "
+                        f"solved: {result['solved']}, steps {result['steps']}"
+                    ),
+                    flush=True,
+                )
                 if mode != "fill":
                     results.append(result)
         finally:
@@ -248,16 +334,25 @@ def main(argv=None) -> int:
                 shutil.rmtree(cache_dir, ignore_errors=True)
 
     overrides = dict(item.split("=", 1) for item in args.set)
-    notes = [f"{SEEDS} seeds (split from base seed {args.seed}) in one vmapped program; solved = mean return of the "
-             f"last {WINDOW} finished training episodes >= threshold, every seed (checked between chunks); ratio = "
-             "thesis s / jaxrl s (> 1: faster than the thesis's best); time from process start, compile included."]
+    notes = [
+        f"{SEEDS} seeds (split from base seed {args.seed}) in one vmapped program; solved = mean return of the "
+        f"last {WINDOW} finished training episodes >= threshold, every seed (checked between chunks); ratio = "
+        "thesis s / jaxrl s (> 1: faster than the thesis's best); time from process start, compile included."
+    ]
     for name in args.cells:
         cell = CELLS[name]
         settings = ", ".join(f"{k}={v}" for k, v in {**cell.settings, **overrides}.items())
         constructor = "preset" if cell.algorithm in ("ppo", "dqn") else "Config"
         notes.append(f"{name} settings (Config defaults plus): {cell.algorithm}.{constructor}({settings})")
-    report("Time to solve (Tianshou thesis cells)", HEADERS, table_rows(results), notes, results, args.markdown,
-           left=(0, 1, 3, 8))
+    report(
+        "Time to solve (Tianshou thesis cells)",
+        HEADERS,
+        table_rows(results),
+        notes,
+        results,
+        args.markdown,
+        left=(0, 1, 3, 8),
+    )
     if args.plot:
         plot(results, args.plot)
     return 0

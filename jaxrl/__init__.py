@@ -6,7 +6,17 @@ from jaxrl.config import sweep_axes
 from jaxrl.types import TrainOutput, Trajectory
 
 __version__ = "0.1.0"
-__all__ = ["algorithms", "buffers", "envs", "evaluation", "returns", "rollout", "sweep_axes", "Trajectory", "TrainOutput"]
+__all__ = [
+    "algorithms",
+    "buffers",
+    "envs",
+    "evaluation",
+    "returns",
+    "rollout",
+    "sweep_axes",
+    "Trajectory",
+    "TrainOutput",
+]
 
 # Loaded on first use: importing them imports gymnax, whose import runs JAX computations
 # and so starts JAX's backends, after which jax.distributed.initialize (see

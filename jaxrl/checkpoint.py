@@ -45,7 +45,8 @@ def _wrap_keys(tree, template):
     """Undo :func:`_unwrap_keys`, taking each key's implementation from ``template``."""
     return jax.tree.map(
         lambda leaf, like: jax.random.wrap_key_data(leaf, impl=jax.random.key_impl(like)) if _is_key(like) else leaf,
-        tree, template,
+        tree,
+        template,
     )
 
 
@@ -57,8 +58,11 @@ def _jsonable(value):
 def check_meta(saved: dict, expected: dict, what: str) -> None:
     """Raise ValueError unless ``saved`` has every field of ``expected`` with the same
     value (compared as JSON), naming each field that differs."""
-    differences = [f"{name}: saved {saved.get(name)!r}, this run {value!r}"
-                   for name, value in _jsonable(expected).items() if saved.get(name) != value]
+    differences = [
+        f"{name}: saved {saved.get(name)!r}, this run {value!r}"
+        for name, value in _jsonable(expected).items()
+        if saved.get(name) != value
+    ]
     if differences:
         raise ValueError(f"{what} is from a different run; " + "; ".join(differences))
 
@@ -74,12 +78,16 @@ class Checkpoints:
         self.directory = os.path.abspath(os.fspath(directory))
         policies = [ocp.checkpoint_managers.LatestN(n=keep)]
         if keep_best:
-            policies.append(ocp.checkpoint_managers.BestN(
-                get_metric_fn=lambda metrics: metrics["eval_return"], n=1, keep_checkpoints_without_metrics=False))
+            policies.append(
+                ocp.checkpoint_managers.BestN(
+                    get_metric_fn=lambda metrics: metrics["eval_return"], n=1, keep_checkpoints_without_metrics=False
+                )
+            )
         options = ocp.CheckpointManagerOptions(
             preservation_policy=ocp.checkpoint_managers.AnyPreservationPolicy(policies),
             # Saves are synchronous: when save returns, the step is on disk and complete.
-            enable_async_checkpointing=False, create=True,
+            enable_async_checkpointing=False,
+            create=True,
         )
         self._manager = ocp.CheckpointManager(self.directory, options=options)
 
@@ -92,8 +100,11 @@ class Checkpoints:
 
     def best_step(self) -> int | None:
         """The kept step with the highest finite ``eval_return`` (None if none has one)."""
-        scored = [(meta["eval_return"], step) for step in self.steps()
-                  if (meta := self.meta(step)).get("eval_return") is not None]
+        scored = [
+            (meta["eval_return"], step)
+            for step in self.steps()
+            if (meta := self.meta(step)).get("eval_return") is not None
+        ]
         return max(scored)[1] if scored else None
 
     def meta(self, step: int) -> dict:
@@ -143,8 +154,9 @@ class Checkpoints:
         try:
             restored = self._manager.restore(step, args=ocp.args.Composite(**items))
         except (ValueError, KeyError, TypeError) as error:
-            raise ValueError(f"checkpoint {self.directory} step {step} does not match this run's state "
-                             f"structure: {error}") from error
+            raise ValueError(
+                f"checkpoint {self.directory} step {step} does not match this run's state structure: {error}"
+            ) from error
         state = _wrap_keys(restored.state, template)
         history = jax.tree.map(np.asarray, restored.history) if has_history else None
         return state, history, meta

@@ -77,15 +77,31 @@ def _add_config_arguments(sub, module) -> None:
     sub.add_argument("--seeds", type=int, default=1, help="seeds trained together with vmap (default: 1)")
     sub.add_argument("--seed", type=int, default=0, help="base random seed (default: 0)")
     sub.add_argument("--total-timesteps", type=int, default=None, help="env steps per seed")
-    sub.add_argument("--set", type=_key_value, action="append", default=[], metavar="FIELD=VALUE",
-                     help="override a config field (repeatable)")
-    sub.add_argument("--env-param", type=_key_value, action="append", default=[], metavar="NAME=VALUE",
-                     help="override an env parameter, e.g. max_steps_in_episode=200 (repeatable)")
+    sub.add_argument(
+        "--set",
+        type=_key_value,
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override a config field (repeatable)",
+    )
+    sub.add_argument(
+        "--env-param",
+        type=_key_value,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override an env parameter, e.g. max_steps_in_episode=200 (repeatable)",
+    )
     sub.add_argument("--no-preset", action="store_true", help="ignore the tuned settings for this env")
     variants = getattr(module, "VARIANTS", {})
     if variants:
-        sub.add_argument("--variant", choices=sorted(variants), default=None,
-                         help="start from a named variant's settings (e.g. rainbow)")
+        sub.add_argument(
+            "--variant",
+            choices=sorted(variants),
+            default=None,
+            help="start from a named variant's settings (e.g. rainbow)",
+        )
     sub.add_argument("--no-cache", action="store_true", help="disable the persistent compilation cache")
 
 
@@ -95,44 +111,80 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m jaxrl", description="Train jaxrl agents.")
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="train an algorithm on an env, several seeds at once")
-    algos = train.add_subparsers(dest="algorithm", required=True, metavar="ALGORITHM",
-                                 help=f"one of: {', '.join(algorithms.ALGORITHMS)}")
+    algos = train.add_subparsers(
+        dest="algorithm", required=True, metavar="ALGORITHM", help=f"one of: {', '.join(algorithms.ALGORITHMS)}"
+    )
     for name in algorithms.ALGORITHMS:
         module = algorithms.get(name)
         sub = algos.add_parser(
-            name, help=(module.__doc__ or "").strip().splitlines()[0],
-            epilog=_describe_fields(module.Config), formatter_class=argparse.RawDescriptionHelpFormatter,
+            name,
+            help=(module.__doc__ or "").strip().splitlines()[0],
+            epilog=_describe_fields(module.Config),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         _add_config_arguments(sub, module)
         sub.add_argument("--no-progress", action="store_true", help="hide the progress bar")
         sub.add_argument("--json", metavar="PATH", help="also write the summary as JSON")
         sub.add_argument("--logdir", help="write run.json, metrics and checkpoints into this directory")
-        sub.add_argument("--loggers", default="csv",
-                         help="comma-separated: csv, jsonl, tensorboard, console (files go to --logdir; "
-                              "default: %(default)s)")
-        sub.add_argument("--chunks", type=int, default=20,
-                         help="compiled chunks the run is split into; logs and checkpoints happen between "
-                              "chunks (default: %(default)s)")
-        sub.add_argument("--checkpoint-every", type=int, default=None, metavar="CHUNKS",
-                         help="save a checkpoint every this many chunks and at the end (needs --logdir)")
-        sub.add_argument("--resume", action="store_true", help="continue the run in --logdir from its latest checkpoint")
-        sub.add_argument("--target-return", type=float, default=None,
-                         help="stop once every seed's latest evaluation return reaches this")
-        sub.add_argument("--target-episodes", type=int, default=None, metavar="N",
-                         help="check --target-return on the mean return of the last N finished training "
-                              "episodes instead (the classic 'solved' rule: 100)")
+        sub.add_argument(
+            "--loggers",
+            default="csv",
+            help="comma-separated: csv, jsonl, tensorboard, console (files go to --logdir; default: %(default)s)",
+        )
+        sub.add_argument(
+            "--chunks",
+            type=int,
+            default=20,
+            help="compiled chunks the run is split into; logs and checkpoints happen between "
+            "chunks (default: %(default)s)",
+        )
+        sub.add_argument(
+            "--checkpoint-every",
+            type=int,
+            default=None,
+            metavar="CHUNKS",
+            help="save a checkpoint every this many chunks and at the end (needs --logdir)",
+        )
+        sub.add_argument(
+            "--resume", action="store_true", help="continue the run in --logdir from its latest checkpoint"
+        )
+        sub.add_argument(
+            "--target-return",
+            type=float,
+            default=None,
+            help="stop once every seed's latest evaluation return reaches this",
+        )
+        sub.add_argument(
+            "--target-episodes",
+            type=int,
+            default=None,
+            metavar="N",
+            help="check --target-return on the mean return of the last N finished training "
+            "episodes instead (the classic 'solved' rule: 100)",
+        )
         sub.add_argument("--plot", action="store_true", help="write learning curves as PNG (needs matplotlib)")
     sweep = commands.add_parser("sweep", help="seeds x a grid of traced hyper-parameters in one compiled program")
-    sweep_algos = sweep.add_subparsers(dest="algorithm", required=True, metavar="ALGORITHM",
-                                       help=f"one of: {', '.join(algorithms.ALGORITHMS)}")
+    sweep_algos = sweep.add_subparsers(
+        dest="algorithm", required=True, metavar="ALGORITHM", help=f"one of: {', '.join(algorithms.ALGORITHMS)}"
+    )
     for name in algorithms.ALGORITHMS:
         module = algorithms.get(name)
-        sub = sweep_algos.add_parser(name, help=f"sweep {name}", epilog=_describe_fields(module.Config),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub = sweep_algos.add_parser(
+            name,
+            help=f"sweep {name}",
+            epilog=_describe_fields(module.Config),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         _add_config_arguments(sub, module)
-        sub.add_argument("--grid", type=_key_value, action="append", default=[], metavar="FIELD=V1,V2,...",
-                         help=f"values of a traced field (repeatable: the grid is their product); "
-                              f"aliases: {', '.join(f'{a}={f}' for a, f in ALIASES.items())}")
+        sub.add_argument(
+            "--grid",
+            type=_key_value,
+            action="append",
+            default=[],
+            metavar="FIELD=V1,V2,...",
+            help=f"values of a traced field (repeatable: the grid is their product); "
+            f"aliases: {', '.join(f'{a}={f}' for a, f in ALIASES.items())}",
+        )
         sub.add_argument("--metric", default="eval_return", help="final metric to summarise (default: %(default)s)")
         sub.add_argument("--out", metavar="PATH", help="write the summary as CSV (.csv) or JSON (.json)")
     plot = commands.add_parser("plot", help="compare runs' learning curves (mean and 95%% CI over seeds) in a PNG")
@@ -163,8 +215,10 @@ def make_config(module, args):
     overrides = parse_overrides(module.Config, args.set, args.algorithm)
     if args.total_timesteps is not None:
         if "total_timesteps" not in fields:
-            raise UsageError(f"--total-timesteps does not apply to {args.algorithm} (it takes no env steps); "
-                             f"set num_updates with --set num_updates=N")
+            raise UsageError(
+                f"--total-timesteps does not apply to {args.algorithm} (it takes no env steps); "
+                f"set num_updates with --set num_updates=N"
+            )
         overrides["total_timesteps"] = args.total_timesteps
     env_kwargs = {}
     for name, text in args.env_param:
@@ -178,7 +232,7 @@ def make_config(module, args):
         raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
     try:
         if getattr(args, "variant", None):
-            overrides = {**getattr(module, "VARIANTS")[args.variant], **overrides}
+            overrides = {**module.VARIANTS[args.variant], **overrides}
         if hasattr(module, "preset") and not args.no_preset:
             return module.preset(args.env, **overrides)
         return module.Config(env_id=args.env, **overrides)
@@ -210,12 +264,19 @@ def train_command(args) -> int:
     print(f"{args.algorithm} on {config.env_id}: {args.seeds} seed(s) x {total:,} {unit}s (compiling...)", flush=True)
     try:
         result = runner.run(
-            module, config, seeds=args.seeds, seed=args.seed,
+            module,
+            config,
+            seeds=args.seeds,
+            seed=args.seed,
             chunk_iterations=runner.default_chunk_iterations(num_iterations, min(args.chunks, num_iterations)),
-            logdir=args.logdir, loggers=args.loggers.split(",") if args.loggers else (),
-            checkpoint_every=args.checkpoint_every, resume=args.resume, progress=not args.no_progress,
-            target=None if args.target_return is None else metrics.Target(args.target_return,
-                                                                          episodes=args.target_episodes),
+            logdir=args.logdir,
+            loggers=args.loggers.split(",") if args.loggers else (),
+            checkpoint_every=args.checkpoint_every,
+            resume=args.resume,
+            progress=not args.no_progress,
+            target=None
+            if args.target_return is None
+            else metrics.Target(args.target_return, episodes=args.target_episodes),
         )
     except (ValueError, OSError) as error:
         # Raised before training: a config, a logdir or an input (e.g. a dataset file)
@@ -236,11 +297,16 @@ def train_command(args) -> int:
     print(f"{'mean':>6}" + "".join(f"  {np.nanmean(values):>12.1f}" for values in columns.values()))
     print()
     if result.stopped_early:
-        measure = (f"mean return of its last {args.target_episodes} training episodes"
-                   if args.target_episodes else "evaluation return")
+        measure = (
+            f"mean return of its last {args.target_episodes} training episodes"
+            if args.target_episodes
+            else "evaluation return"
+        )
         print(f"every seed reached the target return {args.target_return:g} ({measure}) after {done:,} {unit}s")
-    print(f"wall time {result.compile_seconds + result.run_seconds:.1f} s (compile {result.compile_seconds:.1f} s, "
-          f"run {result.run_seconds:.1f} s), {steps_per_second:,.0f} {unit}s/s")
+    print(
+        f"wall time {result.compile_seconds + result.run_seconds:.1f} s (compile {result.compile_seconds:.1f} s, "
+        f"run {result.run_seconds:.1f} s), {steps_per_second:,.0f} {unit}s/s"
+    )
     if args.plot:
         from jaxrl import plots
 
@@ -249,11 +315,16 @@ def train_command(args) -> int:
         print(f"learning curves: {path}")
     if args.json:
         summary = {
-            "algorithm": args.algorithm, "env_id": config.env_id, "seeds": args.seeds, f"total_{counter}": total,
+            "algorithm": args.algorithm,
+            "env_id": config.env_id,
+            "seeds": args.seeds,
+            f"total_{counter}": total,
             **{name.replace(" ", "_"): [float(v) for v in values] for name, values in columns.items()},
-            "compile_seconds": result.compile_seconds, "run_seconds": result.run_seconds,
+            "compile_seconds": result.compile_seconds,
+            "run_seconds": result.run_seconds,
             "steps_per_second" if counter == "timesteps" else f"{counter}_per_second": steps_per_second,
-            "stopped_early": result.stopped_early, f"{counter}_done": done,
+            "stopped_early": result.stopped_early,
+            f"{counter}_done": done,
         }
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=2)
@@ -278,8 +349,11 @@ def sweep_command(args) -> int:
     try:
         settings = sweep.grid(**values)
         lanes = len(next(iter(settings.values())))
-        print(f"{args.algorithm} on {config.env_id}: {lanes} setting(s) x {args.seeds} seed(s) in one program "
-              f"(compiling...)", flush=True)
+        print(
+            f"{args.algorithm} on {config.env_id}: {lanes} setting(s) x {args.seeds} seed(s) in one program "
+            f"(compiling...)",
+            flush=True,
+        )
         result = sweep.run(module, config, settings, seeds=args.seeds, seed=args.seed)
         rows = sweep.summarize(result, metric=args.metric)
     except ValueError as error:

@@ -67,8 +67,7 @@ def require_network(config, obs_shape: tuple) -> None:
         raise ValueError(f"network='cnn' needs image observations, {config.env_id} has shape {obs_shape}")
 
 
-def require_range(config, field: str, low: float, high: float,
-                  low_open: bool = False, high_open: bool = False) -> None:
+def require_range(config, field: str, low: float, high: float, low_open: bool = False, high_open: bool = False) -> None:
     """Check a traced hyper-parameter when it is concrete (skipped while tracing).
 
     Arrays (for vmapped sweeps) are checked element-wise.

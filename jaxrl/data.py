@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -27,8 +27,13 @@ from jaxrl.config import static
 FORMAT_VERSION = 1
 FIELDS = ("obs", "action", "reward", "terminated", "truncated", "next_obs", "episode_return", "episode_length")
 # Fields of one scalar per transition, with the dtype each must have.
-_SCALAR_FIELDS = {"reward": "floating", "terminated": "bool", "truncated": "bool",
-                  "episode_return": "floating", "episode_length": "integer"}
+_SCALAR_FIELDS = {
+    "reward": "floating",
+    "terminated": "bool",
+    "truncated": "bool",
+    "episode_return": "floating",
+    "episode_length": "integer",
+}
 # Metadata stored next to the arrays in the .npz file ("_" marks them as not fields).
 _META = ("_format_version", "_env_id", "_num_envs")
 
@@ -45,15 +50,15 @@ class Dataset:
     of the next episode (as in :class:`jaxrl.types.Trajectory`).
     """
 
-    obs: jax.Array             # [S, *obs_shape] observation the action was chosen from
-    action: jax.Array          # [S, *action_shape]: int32 [S] for discrete actions
-    reward: jax.Array          # [S] float32
-    terminated: jax.Array      # [S] bool: the MDP ended (do not bootstrap)
-    truncated: jax.Array       # [S] bool: cut by a time limit
-    next_obs: jax.Array        # [S, *obs_shape] observation the step produced, before any reset
+    obs: jax.Array  # [S, *obs_shape] observation the action was chosen from
+    action: jax.Array  # [S, *action_shape]: int32 [S] for discrete actions
+    reward: jax.Array  # [S] float32
+    terminated: jax.Array  # [S] bool: the MDP ended (do not bootstrap)
+    truncated: jax.Array  # [S] bool: cut by a time limit
+    next_obs: jax.Array  # [S, *obs_shape] observation the step produced, before any reset
     episode_return: jax.Array  # [S] float32 return of the episode that ended at this step, else 0
     episode_length: jax.Array  # [S] int32 length of that episode, else 0
-    env_id: str = static("")   # the env it was recorded on ("" if unknown)
+    env_id: str = static("")  # the env it was recorded on ("" if unknown)
     num_envs: int = static(1)  # env blocks in the layout above
 
     @property
@@ -83,8 +88,15 @@ def sample(dataset: Dataset, key: jax.Array, batch_size: int) -> Dataset:
 # ----------------------------------------------------------------------------- collecting
 
 
-def collect_dataset(act_fn: Callable, params, env_id: str, key: jax.Array, num_steps: int,
-                    num_envs: int = 1, env_kwargs: dict | None = None) -> Dataset:
+def collect_dataset(
+    act_fn: Callable,
+    params,
+    env_id: str,
+    key: jax.Array,
+    num_steps: int,
+    num_envs: int = 1,
+    env_kwargs: dict | None = None,
+) -> Dataset:
     """Record ``num_steps`` transitions of a policy on ``num_envs`` parallel envs.
 
     Args:
@@ -125,8 +137,7 @@ def collect_dataset(act_fn: Callable, params, env_id: str, key: jax.Array, num_s
         trajectory, _, _ = rollout.collect(env, env_params, policy, env_state, obs, run_key, steps_per_env)
         # [T, N, ...] -> [N, T, ...] -> [N * T, ...]: each env's steps stay contiguous.
         flat = lambda x: jnp.swapaxes(x, 0, 1).reshape((num_steps,) + x.shape[2:])  # noqa: E731
-        return Dataset(**{name: flat(getattr(trajectory, name)) for name in FIELDS},
-                       env_id=env_id, num_envs=num_envs)
+        return Dataset(**{name: flat(getattr(trajectory, name)) for name in FIELDS}, env_id=env_id, num_envs=num_envs)
 
     return run(params, key)
 
@@ -147,9 +158,13 @@ def check_dataset(dataset: Dataset, spec: envs.EnvSpec | None = None, env_name: 
     if size < 1:
         raise ValueError("dataset field 'obs' holds no transitions (S = 0)")
     if dataset.next_obs.shape != obs.shape:
-        raise ValueError(f"dataset field 'next_obs' must have the shape of obs {obs.shape}, got {dataset.next_obs.shape}")
+        raise ValueError(
+            f"dataset field 'next_obs' must have the shape of obs {obs.shape}, got {dataset.next_obs.shape}"
+        )
     if np.ndim(dataset.action) < 1 or dataset.action.shape[0] != size:
-        raise ValueError(f"dataset field 'action' must be [{size}, *action_shape], got shape {np.shape(dataset.action)}")
+        raise ValueError(
+            f"dataset field 'action' must be [{size}, *action_shape], got shape {np.shape(dataset.action)}"
+        )
     for name, kind in _SCALAR_FIELDS.items():
         value = getattr(dataset, name)
         if value.shape != (size,):
@@ -161,13 +176,18 @@ def check_dataset(dataset: Dataset, spec: envs.EnvSpec | None = None, env_name: 
     if spec is None:
         return
     if obs.shape[1:] != spec.obs_shape:
-        raise ValueError(f"dataset field 'obs' has observations of shape {obs.shape[1:]}, "
-                         f"expected {spec.obs_shape} for {env_name}")
+        raise ValueError(
+            f"dataset field 'obs' has observations of shape {obs.shape[1:]}, expected {spec.obs_shape} for {env_name}"
+        )
     if dataset.action.shape[1:] != spec.action_shape:
-        raise ValueError(f"dataset field 'action' has actions of shape {dataset.action.shape[1:]}, "
-                         f"expected {spec.action_shape} for {env_name}")
+        raise ValueError(
+            f"dataset field 'action' has actions of shape {dataset.action.shape[1:]}, "
+            f"expected {spec.action_shape} for {env_name}"
+        )
     if spec.discrete and not _is_kind(dataset.action.dtype, "integer"):
-        raise ValueError(f"dataset field 'action' must be integers for {env_name} (discrete actions), got {dataset.action.dtype}")
+        raise ValueError(
+            f"dataset field 'action' must be integers for {env_name} (discrete actions), got {dataset.action.dtype}"
+        )
 
 
 def _is_kind(dtype, kind: str) -> bool:
@@ -197,8 +217,11 @@ def save_dataset(path: str | os.PathLike, dataset: Dataset) -> None:
     """
     check_dataset(dataset)
     arrays = {name: np.asarray(getattr(dataset, name)) for name in FIELDS}
-    meta = {"_format_version": np.int64(FORMAT_VERSION), "_env_id": np.str_(dataset.env_id),
-            "_num_envs": np.int64(dataset.num_envs)}
+    meta = {
+        "_format_version": np.int64(FORMAT_VERSION),
+        "_env_id": np.str_(dataset.env_id),
+        "_num_envs": np.int64(dataset.num_envs),
+    }
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     fd, temporary = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
@@ -230,16 +253,20 @@ def load_dataset(path: str | os.PathLike, env_id: str | None = None, env_kwargs=
         raise ValueError(f"{os.fspath(path)} has dataset _format_version {version}; this jaxrl reads {FORMAT_VERSION}")
     missing = [name for name in FIELDS + _META if name not in contents]
     if missing:
-        raise ValueError(f"dataset field {missing[0]!r} is missing from {os.fspath(path)} "
-                         f"(expected fields: {', '.join(FIELDS + _META)})")
+        raise ValueError(
+            f"dataset field {missing[0]!r} is missing from {os.fspath(path)} "
+            f"(expected fields: {', '.join(FIELDS + _META)})"
+        )
     unknown = sorted(set(contents) - set(FIELDS + _META))
     if unknown:
         raise ValueError(f"dataset field {unknown[0]!r} in {os.fspath(path)} is not one of {', '.join(FIELDS + _META)}")
-    dataset = Dataset(**{name: jnp.asarray(contents[name]) for name in FIELDS},
-                      env_id=str(contents["_env_id"]), num_envs=int(contents["_num_envs"]))
+    dataset = Dataset(
+        **{name: jnp.asarray(contents[name]) for name in FIELDS},
+        env_id=str(contents["_env_id"]),
+        num_envs=int(contents["_num_envs"]),
+    )
     if env_id is None:
         check_dataset(dataset)
     else:
         check_env_dataset(dataset, env_id, env_kwargs)
     return dataset
-

@@ -58,8 +58,9 @@ ENV_FIELDS = ("env_state", "obs")
 # ----------------------------------------------------------------------------- meshes and hosts
 
 
-def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
-               process_id: int | None = None, **kwargs) -> None:
+def initialize(
+    coordinator_address: str | None = None, num_processes: int | None = None, process_id: int | None = None, **kwargs
+) -> None:
     """Join this process to a multi-process JAX run (``jax.distributed.initialize``),
     so that ``jax.devices()`` and :func:`make_mesh` span every process's devices.
 
@@ -86,7 +87,8 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     except RuntimeError as error:  # JAX's backends are up: too late to join
         raise RuntimeError(
             "distributed.initialize must run before JAX starts its backends: call it before any JAX computation "
-            f"and before importing jaxrl.algorithms or jaxrl.envs (gymnax computes on import) ({error})") from error
+            f"and before importing jaxrl.algorithms or jaxrl.envs (gymnax computes on import) ({error})"
+        ) from error
     except ValueError:
         if coordinator_address is None and num_processes is None and process_id is None:
             return  # no arguments and no cluster for JAX to detect: one process
@@ -125,6 +127,7 @@ def _replicate(tree, mesh: Mesh):
     program) and Python numbers weakly typed arrays, as ``jit`` would make them: across
     processes ``device_put`` spreads only plain arrays, after checking that every
     process passed the same (and the check mistakes a Python float for its float32)."""
+
     def plain(leaf):
         if isinstance(leaf, jax.Array) and jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
             return jax.random.key_data(leaf)
@@ -135,6 +138,7 @@ def _replicate(tree, mesh: Mesh):
 
 def to_host(tree):
     """NumPy copies of a pytree's arrays, gathering shards held by other processes."""
+
     def one(leaf):
         if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
             return np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
@@ -198,9 +202,12 @@ def train_lanes(algorithm, keys: jax.Array, configs, mesh: Mesh | None = None) -
         # condition of every batched while loop (evaluation episodes) across devices.
         # No replication checks (check_vma): every value in here is its device's own.
         per_device = jax.shard_map(
-            jax.vmap(module.train, in_axes=(0, sweep_axes(configs))), mesh=mesh,
+            jax.vmap(module.train, in_axes=(0, sweep_axes(configs))),
+            mesh=mesh,
             in_specs=(split, jax.tree.map(lambda leaf: split if np.ndim(leaf) else PartitionSpec(), flat_configs)),
-            out_specs=split, check_vma=False)
+            out_specs=split,
+            check_vma=False,
+        )
         out = per_device(flat_keys, flat_configs)
         shape = (num_seeds,) if num_settings is None else (num_settings, num_seeds)
         return jax.tree.map(lambda x: x[:count].reshape(shape + x.shape[1:]), out)
@@ -224,10 +231,11 @@ def train_seeds(algorithm, config, keys: jax.Array, mesh: Mesh | None = None) ->
 
 
 def _check_keys(keys) -> None:
-    if not (isinstance(keys, jax.Array) and jax.dtypes.issubdtype(keys.dtype, jax.dtypes.prng_key)
-            and keys.ndim == 1):
-        raise ValueError(f"keys must be a 1-D array of typed keys, e.g. jax.random.split(jax.random.key(0), 8); "
-                         f"got {getattr(keys, 'dtype', type(keys).__name__)} of shape {np.shape(keys)}")
+    if not (isinstance(keys, jax.Array) and jax.dtypes.issubdtype(keys.dtype, jax.dtypes.prng_key) and keys.ndim == 1):
+        raise ValueError(
+            f"keys must be a 1-D array of typed keys, e.g. jax.random.split(jax.random.key(0), 8); "
+            f"got {getattr(keys, 'dtype', type(keys).__name__)} of shape {np.shape(keys)}"
+        )
 
 
 # ----------------------------------------------------------------------------- data parallel
@@ -250,17 +258,25 @@ def data_parallel(program: loop.Program, mesh: Mesh | None = None) -> loop.Progr
 
     def constrain(state):
         if not all(hasattr(state, field) for field in ENV_FIELDS):
-            raise ValueError(f"data parallelism shards the env batch, but {type(state).__qualname__} has no "
-                             f"{' / '.join(ENV_FIELDS)} (an algorithm that learns from a dataset?)")
+            raise ValueError(
+                f"data parallelism shards the env batch, but {type(state).__qualname__} has no "
+                f"{' / '.join(ENV_FIELDS)} (an algorithm that learns from a dataset?)"
+            )
         num_envs = jax.tree.leaves(state.obs)[0].shape[0]
         if num_envs % mesh.size:
-            raise ValueError(f"num_envs={num_envs} must be a multiple of the mesh's {mesh.size} devices "
-                             f"(each device steps num_envs / {mesh.size} envs)")
+            raise ValueError(
+                f"num_envs={num_envs} must be a multiple of the mesh's {mesh.size} devices "
+                f"(each device steps num_envs / {mesh.size} envs)"
+            )
         shardings = jax.tree.map(lambda _: replicated, state)
-        shardings = shardings.replace(**{
-            field: jax.tree.map(lambda x: batch if np.ndim(x) and x.shape[0] == num_envs else replicated,
-                                getattr(state, field))
-            for field in ENV_FIELDS})
+        shardings = shardings.replace(
+            **{
+                field: jax.tree.map(
+                    lambda x: batch if np.ndim(x) and x.shape[0] == num_envs else replicated, getattr(state, field)
+                )
+                for field in ENV_FIELDS
+            }
+        )
         return jax.lax.with_sharding_constraint(state, shardings)
 
     def iteration(state, key, index):
@@ -279,16 +295,20 @@ def train_data_parallel(algorithm, config, key: jax.Array, mesh: Mesh | None = N
     fields stay split. Metric leaves are ``[num_iterations]`` as for ``train``.
     """
     if not (isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) and key.ndim == 0):
-        raise ValueError(f"key must be one typed key, e.g. jax.random.key(0); got "
-                         f"{getattr(key, 'dtype', type(key).__name__)} of shape {np.shape(key)}")
+        raise ValueError(
+            f"key must be one typed key, e.g. jax.random.key(0); got "
+            f"{getattr(key, 'dtype', type(key).__name__)} of shape {np.shape(key)}"
+        )
     mesh = _auto(mesh)
     module = _module(algorithm)
     num_envs = getattr(config, "num_envs", None)
     if num_envs is None:
         raise ValueError(f"{type(config).__qualname__} has no num_envs: data parallelism splits the env batch")
     if num_envs % mesh.size:
-        raise ValueError(f"num_envs={num_envs} must be a multiple of the mesh's {mesh.size} devices "
-                         f"(each device steps num_envs / {mesh.size} envs)")
+        raise ValueError(
+            f"num_envs={num_envs} must be a multiple of the mesh's {mesh.size} devices "
+            f"(each device steps num_envs / {mesh.size} envs)"
+        )
     program = data_parallel(module.program(config), mesh)
     impl = jax.random.key_impl(key)
     train = jax.jit(lambda key_data: loop.train(program, jax.random.wrap_key_data(key_data, impl=impl)))

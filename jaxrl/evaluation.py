@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import functools
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -31,8 +32,9 @@ def _any_in_batch_rule(axis_size, in_batched, x):
     return any_in_batch(x), False
 
 
-def evaluate(act_fn: Callable, params, env, key: jax.Array, num_episodes: int,
-             env_params=None, max_steps: int | None = None) -> EvalResult:
+def evaluate(
+    act_fn: Callable, params, env, key: jax.Array, num_episodes: int, env_params=None, max_steps: int | None = None
+) -> EvalResult:
     """Run ``num_episodes`` episodes in parallel, each to its first end.
 
     Args:
@@ -52,8 +54,9 @@ def evaluate(act_fn: Callable, params, env, key: jax.Array, num_episodes: int,
         env_params = env.default_params
     if max_steps is None:
         if getattr(env_params, "max_steps_in_episode", None) is None:
-            raise ValueError("the env has no time limit: pass max_steps (for a Gymnasium env, or make it with "
-                             "max_episode_steps=...)")
+            raise ValueError(
+                "the env has no time limit: pass max_steps (for a Gymnasium env, or make it with max_episode_steps=...)"
+            )
         max_steps = int(env_params.max_steps_in_episode)
     env = envs.ClipAction(env)
     reset_key, run_key = jax.random.split(key)
@@ -80,8 +83,14 @@ def evaluate(act_fn: Callable, params, env, key: jax.Array, num_episodes: int,
     # end long before the time limit). Under vmap it runs while any episode of any
     # vmapped copy runs (``any_in_batch``: finished episodes are masked above), which
     # keeps the predicate unbatched, as host-env steps (io_callback) require.
-    init = (jnp.zeros((), jnp.int32), obs, env_state, jnp.zeros(num_episodes),
-            jnp.zeros(num_episodes, jnp.int32), jnp.ones(num_episodes, bool))
+    init = (
+        jnp.zeros((), jnp.int32),
+        obs,
+        env_state,
+        jnp.zeros(num_episodes),
+        jnp.zeros(num_episodes, jnp.int32),
+        jnp.ones(num_episodes, bool),
+    )
     _, _, _, total, length, _ = jax.lax.while_loop(cond, body, init)
     return EvalResult(total, length)
 

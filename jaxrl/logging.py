@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import numpy as np
@@ -45,8 +45,14 @@ def sink(fn: Callable[[dict], None]):
 
 
 @contextlib.contextmanager
-def progress_bar(total_timesteps: int, description: str = "training", disable: bool = False,
-                 counter: str = "timesteps", unit: str = "step", initial: int = 0):
+def progress_bar(
+    total_timesteps: int,
+    description: str = "training",
+    disable: bool = False,
+    counter: str = "timesteps",
+    unit: str = "step",
+    initial: int = 0,
+):
     """Show a tqdm bar (terminal or notebook) of env steps, steps/s and latest return.
 
     ``counter`` names the reported metric the bar counts to ``total_timesteps`` in
@@ -61,8 +67,16 @@ def progress_bar(total_timesteps: int, description: str = "training", disable: b
     """
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=int(total_timesteps), desc=description, unit=unit, unit_scale=True,
-               dynamic_ncols=True, disable=disable, mininterval=0.5, initial=int(initial))
+    bar = tqdm(
+        total=int(total_timesteps),
+        desc=description,
+        unit=unit,
+        unit_scale=True,
+        dynamic_ncols=True,
+        disable=disable,
+        mininterval=0.5,
+        initial=int(initial),
+    )
     latest_returns: list[float] = []
     state = {"step": int(initial)}
 
@@ -107,7 +121,9 @@ def make_loggers(loggers, logdir: str | None) -> list:
         if not isinstance(logger, str):
             made.append(logger)
         elif logger not in LOGGER_NAMES:
-            raise ValueError(f"unknown logger {logger!r}; choose from {', '.join(LOGGER_NAMES)} or pass a logger object")
+            raise ValueError(
+                f"unknown logger {logger!r}; choose from {', '.join(LOGGER_NAMES)} or pass a logger object"
+            )
         elif logger == "console":
             made.append(ConsoleLogger())
         elif logdir is None:

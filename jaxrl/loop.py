@@ -3,7 +3,8 @@ deterministic evaluation and progress reports, all inside one compiled program."
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -31,6 +32,7 @@ def run_if(pred: jax.Array, fn: Callable, operand):
     this is a loop that runs ``fn`` zero times or once. ``fn`` gets the loop's carry,
     not a closed-over copy, so XLA can update large operands (a replay buffer) in place.
     """
+
     def body(carry):
         return jnp.zeros((), bool), fn(carry[1])
 

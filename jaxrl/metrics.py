@@ -72,7 +72,7 @@ def recent_episode_return(episode_return, episodes, window: int) -> np.ndarray:
     means = np.nan_to_num(np.asarray(episode_return, np.float64))
     totals = np.where(counts > 0, means * counts, 0.0)
     zero = np.zeros((counts.shape[0], 1))
-    cum_counts = np.concatenate([zero, np.cumsum(counts, axis=1)], axis=1)   # [seeds, rows + 1]
+    cum_counts = np.concatenate([zero, np.cumsum(counts, axis=1)], axis=1)  # [seeds, rows + 1]
     cum_totals = np.concatenate([zero, np.cumsum(totals, axis=1)], axis=1)
     out = np.full(counts.shape, np.nan)
     for seed in range(counts.shape[0]):
@@ -105,8 +105,9 @@ class Target:
 
     def __post_init__(self):
         if self.episodes is not None and (not isinstance(self.episodes, int) or self.episodes < 1):
-            raise ValueError(f"target episodes must be an int >= 1 (finished episodes to average), "
-                             f"got {self.episodes!r}")
+            raise ValueError(
+                f"target episodes must be an int >= 1 (finished episodes to average), got {self.episodes!r}"
+            )
 
     @property
     def needs(self) -> tuple[str, ...]:

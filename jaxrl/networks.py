@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import flax.linen as nn
 import jax
@@ -27,6 +27,7 @@ def orthonormal_columns(matrix: jax.Array) -> jax.Array:
     that is a batched LAPACK call which fans out into XLA:CPU's thread pool from one of
     its workers, and two of them running at once on a 2-core machine deadlock
     (``benchmarks/investigations/xla_cpu_qr_deadlock``)."""
+
     def orthonormalize(k, q):
         column = jax.lax.dynamic_index_in_dim(matrix, k, axis=1, keepdims=False)
         column = column - q @ (q.T @ column)
@@ -40,6 +41,7 @@ def orthogonal(scale: float = np.sqrt(2.0)):
     """An initializer like ``flax.linen.initializers.orthogonal(scale)`` (Haar-distributed
     orthogonal rows or columns, whichever are fewer, over the last axis; Saxe et al.,
     2014), built on :func:`orthonormal_columns`."""
+
     def init(key, shape, dtype=jnp.float32):
         columns = shape[-1]
         rows = math.prod(shape) // columns
@@ -238,8 +240,9 @@ def ensemble(module: type[nn.Module], size: int) -> type[nn.Module]:
     """``size`` independently initialised copies of ``module`` evaluated as one batched
     network on the same inputs: outputs gain a leading ``[size]`` axis (twin critics in
     one matrix product per layer instead of two)."""
-    return nn.vmap(module, variable_axes={"params": 0}, split_rngs={"params": True},
-                   in_axes=None, out_axes=0, axis_size=size)
+    return nn.vmap(
+        module, variable_axes={"params": 0}, split_rngs={"params": True}, in_axes=None, out_axes=0, axis_size=size
+    )
 
 
 class ContinuousQ(nn.Module):

@@ -11,7 +11,7 @@ every off-policy Config mixes in.
 from __future__ import annotations
 
 import functools
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -30,8 +30,7 @@ class ReplaySchedule:
 
     def check_schedule(self) -> None:
         """ValueErrors for sizes that cannot work (called from ``__post_init__``)."""
-        for field in ("num_envs", "num_steps", "num_updates", "batch_size", "buffer_size", "n_step",
-                      "eval_episodes"):
+        for field in ("num_envs", "num_steps", "num_updates", "batch_size", "buffer_size", "n_step", "eval_episodes"):
             require_int(self, field, 1)
         for field in ("learning_starts", "num_evals", "num_reports"):
             require_int(self, field, 0)
@@ -73,8 +72,10 @@ def require_box_actions(config, algorithm: str) -> envs.EnvSpec:
             f"{spec.num_actions} discrete actions (use DQN, PPO, or SAC with discrete=True)"
         )
     if not (np.all(np.isfinite(spec.action_low)) and np.all(np.isfinite(spec.action_high))):
-        raise ValueError(f"{algorithm} scales actions to the Box bounds, which must be finite; "
-                         f"{config.env_id!r} has low={spec.action_low}, high={spec.action_high}")
+        raise ValueError(
+            f"{algorithm} scales actions to the Box bounds, which must be finite; "
+            f"{config.env_id!r} has low={spec.action_low}, high={spec.action_high}"
+        )
     return spec
 
 
@@ -95,8 +96,12 @@ def example_transition(obs, action) -> dict:
     ``action [N, ...]``: what a buffer is allocated from."""
     one = lambda x: x[0]  # noqa: E731
     return {
-        "obs": jax.tree.map(one, obs), "action": one(action), "reward": jnp.zeros((), jnp.float32),
-        "terminated": jnp.zeros((), bool), "truncated": jnp.zeros((), bool), "next_obs": jax.tree.map(one, obs),
+        "obs": jax.tree.map(one, obs),
+        "action": one(action),
+        "reward": jnp.zeros((), jnp.float32),
+        "terminated": jnp.zeros((), bool),
+        "truncated": jnp.zeros((), bool),
+        "next_obs": jax.tree.map(one, obs),
     }
 
 
@@ -121,15 +126,24 @@ def collect(state, policy: rollout.PolicyFn, key: jax.Array, config):
     prioritized), ``env_state``, ``obs`` and ``timesteps``; returns it updated and the
     metrics of :func:`jaxrl.rollout.episode_metrics` plus ``timesteps``."""
     env, env_params = make_env(config)
-    trajectory, env_state, obs = rollout.collect(env, env_params, policy, state.env_state, state.obs, key,
-                                                 config.num_steps)
+    trajectory, env_state, obs = rollout.collect(
+        env, env_params, policy, state.env_state, state.obs, key, config.num_steps
+    )
     transitions = {
-        "obs": trajectory.obs, "action": trajectory.action, "reward": trajectory.reward,
-        "terminated": trajectory.terminated, "truncated": trajectory.truncated, "next_obs": trajectory.next_obs,
+        "obs": trajectory.obs,
+        "action": trajectory.action,
+        "reward": trajectory.reward,
+        "terminated": trajectory.terminated,
+        "truncated": trajectory.truncated,
+        "next_obs": trajectory.next_obs,
     }
     buffers = prioritized if isinstance(state.buffer, prioritized.PrioritizedState) else replay
-    state = state.replace(buffer=buffers.add_sequence(state.buffer, transitions), env_state=env_state, obs=obs,
-                          timesteps=state.timesteps + config.iteration_steps)
+    state = state.replace(
+        buffer=buffers.add_sequence(state.buffer, transitions),
+        env_state=env_state,
+        obs=obs,
+        timesteps=state.timesteps + config.iteration_steps,
+    )
     metrics = rollout.episode_metrics(trajectory)
     metrics["timesteps"] = state.timesteps
     return state, metrics
@@ -162,8 +176,9 @@ def run_updates(state, one_update: Callable, key: jax.Array, num_updates: int):
     in a scan; ``j`` is unbatched under vmap, so branches on it stay real branches.
     Returns the state and each metric's mean over the updates that computed it
     (NaN entries are skipped)."""
-    state, metrics = jax.lax.scan(lambda state, x: one_update(state, *x), state,
-                                  (jax.random.split(key, num_updates), jnp.arange(num_updates)))
+    state, metrics = jax.lax.scan(
+        lambda state, x: one_update(state, *x), state, (jax.random.split(key, num_updates), jnp.arange(num_updates))
+    )
     return state, jax.tree.map(jnp.nanmean, metrics)
 
 
@@ -208,14 +223,19 @@ def program(init: Callable, step: Callable, warmup_step: Callable, evaluate: Cal
         warmup = index < config.warmup_iterations
         # The metrics' shapes from the warm-up step: tracing it is much cheaper than
         # tracing the learner's step a second time.
-        metrics = jax.tree.map(lambda leaf: jnp.zeros(leaf.shape, leaf.dtype),
-                               jax.eval_shape(warmup_step, state, key, config)[1])
+        metrics = jax.tree.map(
+            lambda leaf: jnp.zeros(leaf.shape, leaf.dtype), jax.eval_shape(warmup_step, state, key, config)[1]
+        )
         state, metrics = loop.run_if(warmup, lambda carry: warmup_step(carry[0], key, config), (state, metrics))
         return loop.run_if(~warmup, lambda carry: step(carry[0], key, config), (state, metrics))
 
     return loop.Program(
-        init=lambda key, inputs: init(key, config), iteration=iteration,
+        init=lambda key, inputs: init(key, config),
+        iteration=iteration,
         evaluate=functools.partial(evaluate, config=config),
-        num_iterations=config.num_iterations, num_evals=config.num_evals, num_reports=config.num_reports,
-        budget=config.total_timesteps, resumable=not envs.steps_on_host(config.env_id),
+        num_iterations=config.num_iterations,
+        num_evals=config.num_evals,
+        num_reports=config.num_reports,
+        budget=config.total_timesteps,
+        resumable=not envs.steps_on_host(config.env_id),
     )

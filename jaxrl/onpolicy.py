@@ -8,7 +8,8 @@ optimiser with optional linear annealing, and the ``train`` scan.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -34,22 +35,22 @@ class Config:
 
     # --- static: environment and program structure
     env_id: str = static("CartPole-v1")
-    env_kwargs: Any = static(())             # EnvParams overrides, e.g. {"max_steps_in_episode": 200}
+    env_kwargs: Any = static(())  # EnvParams overrides, e.g. {"max_steps_in_episode": 200}
     num_envs: int = static(4)
-    num_steps: Any = static(128)             # rollout length per env per iteration
+    num_steps: Any = static(128)  # rollout length per env per iteration
     total_timesteps: int = static(500_000)
-    network: str = static("mlp")             # "mlp" or "cnn" (MinAtar)
+    network: str = static("mlp")  # "mlp" or "cnn" (MinAtar)
     hidden_sizes: tuple = static((64, 64))
     activation: str = static("tanh")
-    optimizer: str = static("adam")          # "adam" or "rmsprop"
-    anneal_lr: bool = static(True)           # linearly to 0 over the run
+    optimizer: str = static("adam")  # "adam" or "rmsprop"
+    anneal_lr: bool = static(True)  # linearly to 0 over the run
     normalize_advantages: bool = static(True)
     normalize_observations: bool = static(False)  # running stats kept in params
-    scale_rewards: bool = static(False)      # divide rewards by running return std
-    log_std_init: float = static(0.0)        # continuous actions only
-    num_evals: int = static(10)              # deterministic evaluations over the run
+    scale_rewards: bool = static(False)  # divide rewards by running return std
+    log_std_init: float = static(0.0)  # continuous actions only
+    num_evals: int = static(10)  # deterministic evaluations over the run
     eval_episodes: int = static(10)
-    num_reports: int = static(50)            # `train`'s progress reports (the runner reports between chunks)
+    num_reports: int = static(50)  # `train`'s progress reports (the runner reports between chunks)
     # --- traced hyper-parameters
     learning_rate: float = 2.5e-4
     gamma: float = 0.99
@@ -85,11 +86,11 @@ class Config:
 
 @struct.dataclass
 class State:
-    params: dict            # {"network": flax params, "obs_stats": RunningStats}
-    opt_state: Any          # the optimiser state of params["network"]
-    env_state: Any          # batched env state [num_envs]
-    obs: Any                # [num_envs, *obs_shape] observation to act on next
-    timesteps: jax.Array    # int32 env steps taken so far
+    params: dict  # {"network": flax params, "obs_stats": RunningStats}
+    opt_state: Any  # the optimiser state of params["network"]
+    env_state: Any  # batched env state [num_envs]
+    obs: Any  # [num_envs, *obs_shape] observation to act on next
+    timesteps: jax.Array  # int32 env steps taken so far
     lagged_params: Any = ()  # IMPALA's policy lag: the last k params, oldest first, leaves [k, ...]
 
 
@@ -263,6 +264,9 @@ def program(init: Callable, step: Callable, config) -> loop.Program:
         init=lambda key, inputs: init(key, config),
         iteration=lambda state, key, index: step(state, key, config),
         evaluate=lambda params, key: evaluate(params, key, config),
-        num_iterations=config.num_iterations, num_evals=config.num_evals, num_reports=config.num_reports,
-        budget=config.total_timesteps, resumable=not envs.steps_on_host(config.env_id),
+        num_iterations=config.num_iterations,
+        num_evals=config.num_evals,
+        num_reports=config.num_reports,
+        budget=config.total_timesteps,
+        resumable=not envs.steps_on_host(config.env_id),
     )

@@ -7,7 +7,7 @@ the gradient of a loss.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import optax

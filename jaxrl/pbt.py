@@ -69,8 +69,15 @@ class PBTResult:
         return chain[::-1]
 
 
-def exploit_and_explore(state, hyperparams: dict, scores: jax.Array, key: jax.Array, bounds: dict,
-                        fraction: float, factors: tuple[float, ...]):
+def exploit_and_explore(
+    state,
+    hyperparams: dict,
+    scores: jax.Array,
+    key: jax.Array,
+    bounds: dict,
+    fraction: float,
+    factors: tuple[float, ...],
+):
     """One PBT step on a population (leaves ``[P, ...]``).
 
     The ``ceil(fraction * P)`` lowest ``scores`` (NaN ranks lowest) copy the agent
@@ -81,7 +88,7 @@ def exploit_and_explore(state, hyperparams: dict, scores: jax.Array, key: jax.Ar
     population = scores.shape[0]
     count = max(1, math.ceil(fraction * population))
     order = jnp.argsort(jnp.where(jnp.isnan(scores), -jnp.inf, scores))
-    worst, best = order[:count], order[population - count:]
+    worst, best = order[:count], order[population - count :]
     source_key, factor_key = jax.random.split(key)
     sources = best[jax.random.randint(source_key, (count,), 0, count)]
     parents = jnp.arange(population).at[worst].set(sources)
@@ -111,9 +118,18 @@ def initial_hyperparams(bounds: dict, population: int, seed: int) -> dict:
     return values
 
 
-def train(algorithm, config, bounds: dict, population: int = 8, interval: int = 10, seed: int = 0,
-          fraction: float = 0.25, factors: tuple[float, ...] = (0.8, 1.25), score_metric: str = "episode_return",
-          initial: dict | None = None) -> PBTResult:
+def train(
+    algorithm,
+    config,
+    bounds: dict,
+    population: int = 8,
+    interval: int = 10,
+    seed: int = 0,
+    fraction: float = 0.25,
+    factors: tuple[float, ...] = (0.8, 1.25),
+    score_metric: str = "episode_return",
+    initial: dict | None = None,
+) -> PBTResult:
     """Population-based training of ``algorithm`` on ``config`` in one compiled program.
 
     Args:
@@ -137,7 +153,9 @@ def train(algorithm, config, bounds: dict, population: int = 8, interval: int = 
             raise ValueError(f"bounds[{name!r}] must be (low, high) with low < high, got {bound!r}")
     num_iterations = module.program(config).num_iterations
     if not isinstance(interval, int) or interval < 1 or num_iterations % interval:
-        raise ValueError(f"interval must be an int >= 1 dividing the run's {num_iterations} iterations, got {interval!r}")
+        raise ValueError(
+            f"interval must be an int >= 1 dividing the run's {num_iterations} iterations, got {interval!r}"
+        )
     initial = initial_hyperparams(bounds, population, seed) if initial is None else initial
     if set(initial) != set(bounds):
         raise ValueError(f"initial must give the fields of bounds {sorted(bounds)}, got {sorted(initial)}")
@@ -169,19 +187,25 @@ def train(algorithm, config, bounds: dict, population: int = 8, interval: int = 
 
             states, metrics = jax.vmap(member_round, in_axes=(0, 0, axes))(states, run_keys, round_configs)
             if score_metric not in metrics:
-                raise ValueError(f"score_metric {score_metric!r} is not a metric of {module.__name__}; "
-                                 f"its metrics: {', '.join(sorted(metrics))}")
+                raise ValueError(
+                    f"score_metric {score_metric!r} is not a metric of {module.__name__}; "
+                    f"its metrics: {', '.join(sorted(metrics))}"
+                )
             scores = jnp.nanmean(metrics[score_metric], axis=1)
             new_states, new_values, parents = exploit_and_explore(
-                states, values, scores, jax.random.fold_in(pbt_key, round_index), bounds, fraction, factors)
+                states, values, scores, jax.random.fold_in(pbt_key, round_index), bounds, fraction, factors
+            )
             last = round_index == rounds - 1  # no exploit after the final round
             new_states, new_values, parents = jax.tree.map(
                 lambda kept, changed: jnp.where(last, kept, changed),
-                (states, values, jnp.arange(population)), (new_states, new_values, parents))
+                (states, values, jnp.arange(population)),
+                (new_states, new_values, parents),
+            )
             return (new_states, new_values), (metrics, values, parents, scores)
 
         (states, values), (metrics, history, parents, scores) = jax.lax.scan(
-            one_round, (states, start_values), jnp.arange(rounds))
+            one_round, (states, start_values), jnp.arange(rounds)
+        )
         # metrics [rounds, P, interval] -> [P, iterations], each row following its member slot
         metrics = jax.tree.map(lambda m: jnp.moveaxis(m, 1, 0).reshape((population, -1) + m.shape[3:]), metrics)
         history = {name: jnp.concatenate([history[name], values[name][None]]) for name in history}
@@ -194,5 +218,12 @@ def train(algorithm, config, bounds: dict, population: int = 8, interval: int = 
     states, metrics, history, parents, scores = jax.block_until_ready(compiled(jax.random.key(seed), start_values))
     run_seconds = time.perf_counter() - run_start
     to_numpy = lambda tree: jax.tree.map(np.asarray, tree)  # noqa: E731
-    return PBTResult(states, to_numpy(metrics), to_numpy(history), np.asarray(parents), np.asarray(scores),
-                     compile_seconds, run_seconds)
+    return PBTResult(
+        states,
+        to_numpy(metrics),
+        to_numpy(history),
+        np.asarray(parents),
+        np.asarray(scores),
+        compile_seconds,
+        run_seconds,
+    )

@@ -87,7 +87,7 @@ def plot_metrics(runs: dict, path: str, metric: str = "eval_return", x: str = "t
         xs = np.asarray(metrics[x], dtype=np.float64)[0] if x in metrics else np.arange(1, values.shape[1] + 1)
         points = np.isfinite(values).any(axis=0)  # e.g. the rows with an evaluation
         mean, low, high = confidence_band(values[:, points])
-        line, = axes.plot(xs[points], mean, label=f"{label} ({values.shape[0]} seeds)")
+        (line,) = axes.plot(xs[points], mean, label=f"{label} ({values.shape[0]} seeds)")
         axes.fill_between(xs[points], low, high, color=line.get_color(), alpha=0.25, linewidth=0)
     axes.set_xlabel(x if any(x in m for m in runs.values()) else "row")
     axes.set_ylabel(metric)

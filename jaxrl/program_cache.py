@@ -39,7 +39,8 @@ import os
 import pickle
 import sys
 import uuid
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -102,8 +103,11 @@ def _environment() -> bytes:
     """What besides the program itself a trace depends on. JAX's settings are read on
     every call, so one changed between two runs in a process gives another key."""
     # getattr sees thread-local values (``with jax.numpy_rank_promotion(...)``) too.
-    settings = sorted((name, repr(getattr(jax.config, name, value))) for name, value in jax.config.values.items()
-                      if name != "jax_compilation_cache_max_size")  # bounds the caches, not the trace
+    settings = sorted(
+        (name, repr(getattr(jax.config, name, value)))
+        for name, value in jax.config.values.items()
+        if name != "jax_compilation_cache_max_size"
+    )  # bounds the caches, not the trace
     # The memory a replay buffer may take is checked while tracing (buffers.memory_limit).
     from jaxrl.buffers.replay import memory_limit
 
@@ -121,8 +125,9 @@ def _abstract(leaf) -> jax.ShapeDtypeStruct | None:
     return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, weak_type=getattr(leaf, "weak_type", False))
 
 
-def prepare(jitted, args: tuple, static: tuple = (), *, identity: str | None = None,
-            donate_argnums: Sequence[int] = ()) -> tuple[Any, Callable[[], Callable]]:
+def prepare(
+    jitted, args: tuple, static: tuple = (), *, identity: str | None = None, donate_argnums: Sequence[int] = ()
+) -> tuple[Any, Callable[[], Callable]]:
     """Trace ``jitted(*args, *static)``, or load its trace from the cache, ahead of
     compiling it.
 
@@ -168,8 +173,10 @@ def prepare(jitted, args: tuple, static: tuple = (), *, identity: str | None = N
     arg_infos = jax.tree.unflatten(in_tree, infos)
 
     def compile_exported():
-        call = jax.jit(lambda *call_args: jax.tree.unflatten(out_tree, exported.call(*jax.tree.leaves(call_args))),
-                       donate_argnums=tuple(donate_argnums))
+        call = jax.jit(
+            lambda *call_args: jax.tree.unflatten(out_tree, exported.call(*jax.tree.leaves(call_args))),
+            donate_argnums=tuple(donate_argnums),
+        )
         try:
             return call.lower(*arg_infos).compile()
         except Exception as error:  # noqa: BLE001 - a loaded program XLA refuses: drop it, trace
@@ -200,8 +207,12 @@ def _export(traced, jitted, in_tree, infos, static, identity) -> dict:
     except Exception as error:  # noqa: BLE001 - anything export refuses is traced every time
         log.warning("jaxrl.program_cache: tracing %.60s... every time: jax.export refused it (%s)", identity, error)
         return {"exported": None}
-    return {"exported": blob, "sha256": hashlib.sha256(blob).hexdigest(), "out_tree": out_tree,
-            "out_weak": [leaf.weak_type for leaf in out_leaves]}
+    return {
+        "exported": blob,
+        "sha256": hashlib.sha256(blob).hexdigest(),
+        "out_tree": out_tree,
+        "out_weak": [leaf.weak_type for leaf in out_leaves],
+    }
 
 
 def _load(path: str):
@@ -222,8 +233,10 @@ def _load_entry(entry: dict):
         raise ValueError("damaged entry")
     exported = jax.export.deserialize(entry["exported"])
     # Serialization keeps shapes and dtypes but not weak types: those come from the entry.
-    infos = [jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=weak)
-             for aval, weak in zip(exported.out_avals, entry["out_weak"], strict=True)]
+    infos = [
+        jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=weak)
+        for aval, weak in zip(exported.out_avals, entry["out_weak"], strict=True)
+    ]
     return exported, jax.tree.unflatten(entry["out_tree"], infos)
 
 

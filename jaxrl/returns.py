@@ -38,8 +38,9 @@ def _reverse_scan(fn, init, xs):
     return ys
 
 
-def gae(r_t: Array, v_t: Array, v_next_t: Array, terminated_t: Array, truncated_t: Array,
-        gamma: float, lambda_: float) -> Array:
+def gae(
+    r_t: Array, v_t: Array, v_next_t: Array, terminated_t: Array, truncated_t: Array, gamma: float, lambda_: float
+) -> Array:
     """Generalised advantage estimation (Schulman et al., 2016, arXiv:1506.02438).
 
     ``delta_t = r_t + gamma * (1 - terminated_t) * v_next_t - v_t`` and
@@ -61,8 +62,9 @@ def gae(r_t: Array, v_t: Array, v_next_t: Array, terminated_t: Array, truncated_
     return _reverse_scan(backward, jnp.zeros_like(r_t[0]), (delta_t, continues))
 
 
-def lambda_returns(r_t: Array, v_next_t: Array, terminated_t: Array, truncated_t: Array,
-                   gamma: float, lambda_: float) -> Array:
+def lambda_returns(
+    r_t: Array, v_next_t: Array, terminated_t: Array, truncated_t: Array, gamma: float, lambda_: float
+) -> Array:
     """TD(lambda) returns (Sutton & Barto, 2018, ch. 12).
 
     ``G_t = r_t + gamma * (1 - terminated_t) * ((1 - lambda_) v_next_t + lambda_ G_{t+1})``
@@ -84,16 +86,14 @@ def lambda_returns(r_t: Array, v_next_t: Array, terminated_t: Array, truncated_t
     return _reverse_scan(backward, v_next_t[-1], (r_t, v_next_t, not_terminated, continues))
 
 
-def discounted_returns(r_t: Array, v_next_t: Array, terminated_t: Array, truncated_t: Array,
-                       gamma: float) -> Array:
+def discounted_returns(r_t: Array, v_next_t: Array, terminated_t: Array, truncated_t: Array, gamma: float) -> Array:
     """Discounted Monte-Carlo returns ``G_t = r_t + gamma * (1 - terminated_t) G_{t+1}``,
     bootstrapping from ``v_next_t`` at truncations and at the sequence end (pass zeros
     for pure Monte Carlo). The ``lambda_ = 1`` case of :func:`lambda_returns`."""
     return lambda_returns(r_t, v_next_t, terminated_t, truncated_t, gamma, 1.0)
 
 
-def n_step_targets(r_t: Array, v_next_t: Array, terminated_t: Array, truncated_t: Array,
-                   gamma: float, n: int) -> Array:
+def n_step_targets(r_t: Array, v_next_t: Array, terminated_t: Array, truncated_t: Array, gamma: float, n: int) -> Array:
     """n-step bootstrapped targets (Sutton & Barto, 2018, ch. 7).
 
     ``G_t = sum_{k<m} gamma^k r_{t+k} + gamma^m (1 - terminated_{t+m-1}) v_next_{t+m-1}``
@@ -132,13 +132,23 @@ def n_step_targets(r_t: Array, v_next_t: Array, terminated_t: Array, truncated_t
 
 
 class VTraceOutput(NamedTuple):
-    vs: Array             # [T, ...] V-trace value targets
+    vs: Array  # [T, ...] V-trace value targets
     pg_advantages: Array  # [T, ...] clipped-rho policy-gradient advantages
 
 
-def vtrace(v_t: Array, v_next_t: Array, r_t: Array, terminated_t: Array, truncated_t: Array,
-           log_rho_t: Array, gamma: float, rho_bar: float = 1.0, c_bar: float = 1.0,
-           pg_rho_bar: float | None = None, lambda_: float = 1.0) -> VTraceOutput:
+def vtrace(
+    v_t: Array,
+    v_next_t: Array,
+    r_t: Array,
+    terminated_t: Array,
+    truncated_t: Array,
+    log_rho_t: Array,
+    gamma: float,
+    rho_bar: float = 1.0,
+    c_bar: float = 1.0,
+    pg_rho_bar: float | None = None,
+    lambda_: float = 1.0,
+) -> VTraceOutput:
     """V-trace targets for off-policy actor-critic (Espeholt et al., 2018, IMPALA).
 
     With ``rho_t = min(rho_bar, pi/mu)`` and ``c_t = lambda_ * min(c_bar, pi/mu)``:
@@ -195,7 +205,7 @@ def categorical_projection(probs: Array, reward: Array, discount: Array, support
     # Where each atom lands, in units of atoms from z_0: [B, K] in [0, K - 1].
     position = jnp.clip((reward[:, None] + discount[:, None] * support - support[0]) / delta, 0.0, num_atoms - 1)
     lower = jnp.minimum(jnp.floor(position), num_atoms - 2)  # its two neighbours: lower, lower + 1
-    upper_share = position - lower                           # in [0, 1]
+    upper_share = position - lower  # in [0, 1]
     lower = lower.astype(jnp.int32)
     rows = jnp.arange(probs.shape[0])[:, None]
     # Two scatter-adds of B * K shares: a dense [B, K, K] matrix of interpolation weights

@@ -35,17 +35,27 @@ class RunDir:
     ``checkpoint`` extra) are opened when ``checkpoint_every`` is set, or to resume.
     """
 
-    def __init__(self, logdir: str, meta: dict, *, resume: bool = False, checkpoint_every: int | None = None,
-                 keep_checkpoints: int = 3):
+    def __init__(
+        self,
+        logdir: str,
+        meta: dict,
+        *,
+        resume: bool = False,
+        checkpoint_every: int | None = None,
+        keep_checkpoints: int = 3,
+    ):
         if checkpoint_every is not None and (not isinstance(checkpoint_every, int) or checkpoint_every < 1):
-            raise ValueError(f"checkpoint_every must be an int >= 1 (chunks between checkpoints), "
-                             f"got {checkpoint_every!r}")
+            raise ValueError(
+                f"checkpoint_every must be an int >= 1 (chunks between checkpoints), got {checkpoint_every!r}"
+            )
         self.logdir, self.meta, self.checkpoint_every = logdir, meta, checkpoint_every
         run_json = os.path.join(logdir, "run.json")
         holds_run = os.path.exists(run_json)
         if holds_run and not resume:
-            raise ValueError(f"logdir {logdir!r} already holds a run: pass resume=True (--resume) to continue it, "
-                             f"or choose another logdir")
+            raise ValueError(
+                f"logdir {logdir!r} already holds a run: pass resume=True (--resume) to continue it, "
+                f"or choose another logdir"
+            )
         if holds_run:
             from jaxrl.checkpoint import check_meta
 

@@ -65,10 +65,23 @@ class RunResult:
     run_seconds: float
 
 
-def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, logdir: str | None = None,
-        loggers: Sequence = ("csv",), chunk_iterations: int | None = None, metrics_every: int = 1,
-        checkpoint_every: int | None = None, keep_checkpoints: int = 3, resume: bool = False,
-        target: float | metrics.Target | None = None, progress: bool = False) -> RunResult:
+def run(
+    algorithm,
+    config,
+    *,
+    seeds: int = 1,
+    seed: int = 0,
+    dataset=None,
+    logdir: str | None = None,
+    loggers: Sequence = ("csv",),
+    chunk_iterations: int | None = None,
+    metrics_every: int = 1,
+    checkpoint_every: int | None = None,
+    keep_checkpoints: int = 3,
+    resume: bool = False,
+    target: float | metrics.Target | None = None,
+    progress: bool = False,
+) -> RunResult:
     """Train ``seeds`` seeds of ``algorithm`` (a name or module) on ``config`` in chunks.
 
     Args:
@@ -97,15 +110,18 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, logdi
     program = module.program(config)
     inputs = program.inputs() if dataset is None else dataset
     target = metrics.Target(target) if isinstance(target, (int, float)) else target
-    chunk_iterations = _check_arguments(name, program, dataset, seeds, chunk_iterations, metrics_every, logdir,
-                                        checkpoint_every, resume)
+    chunk_iterations = _check_arguments(
+        name, program, dataset, seeds, chunk_iterations, metrics_every, logdir, checkpoint_every, resume
+    )
     loggers = jaxrl_logging.make_loggers(loggers, logdir)
     directory = None
     if logdir is not None:
-        meta = rundir.meta(name, config, seeds=seeds, seed=seed, chunk_iterations=chunk_iterations,
-                           metrics_every=metrics_every)
-        directory = rundir.RunDir(logdir, meta, resume=resume, checkpoint_every=checkpoint_every,
-                                  keep_checkpoints=keep_checkpoints)
+        meta = rundir.meta(
+            name, config, seeds=seeds, seed=seed, chunk_iterations=chunk_iterations, metrics_every=metrics_every
+        )
+        directory = rundir.RunDir(
+            logdir, meta, resume=resume, checkpoint_every=checkpoint_every, keep_checkpoints=keep_checkpoints
+        )
 
     start = time.perf_counter()
     programs = _programs(module, config)
@@ -125,8 +141,13 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, logdi
 
     stopped_early, chunks_run = False, 0
     try:
-        with jaxrl_logging.progress_bar(program.budget, disable=not progress, counter=program.counter,
-                                        initial=done, unit=program.counter.removesuffix("s")) as show_progress:
+        with jaxrl_logging.progress_bar(
+            program.budget,
+            disable=not progress,
+            counter=program.counter,
+            initial=done,
+            unit=program.counter.removesuffix("s"),
+        ) as show_progress:
             while completed < program.num_iterations and not stopped_early:
                 length = min(chunk_iterations, program.num_iterations - completed)
                 start = time.perf_counter()
@@ -137,19 +158,26 @@ def run(algorithm, config, *, seeds: int = 1, seed: int = 0, dataset=None, logdi
                 rows = _rows(jax.device_get(chunk_metrics), completed, metrics_every)
                 run_seconds += time.perf_counter() - start
                 completed, chunks_run = completed + length, chunks_run + 1
-                history = rows if history is None else {k: np.concatenate([history[k], v], axis=1)
-                                                        for k, v in rows.items()}
+                history = (
+                    rows if history is None else {k: np.concatenate([history[k], v], axis=1) for k, v in rows.items()}
+                )
                 for logger in loggers:
                     logger.write(rows["iteration"][0], {k: v for k, v in rows.items() if k != "iteration"})
                 if program.counter in rows:
-                    show_progress({program.counter: rows[program.counter][:, -1],
-                                   "episode_return": metrics.latest_finite(rows.get("episode_return", [[np.nan]]))})
+                    show_progress(
+                        {
+                            program.counter: rows[program.counter][:, -1],
+                            "episode_return": metrics.latest_finite(rows.get("episode_return", [[np.nan]])),
+                        }
+                    )
                 stopped_early = target is not None and target.reached(history)
-                if directory and directory.wants_checkpoint(chunks_run, stopped_early or
-                                                            completed >= program.num_iterations):
+                if directory and directory.wants_checkpoint(
+                    chunks_run, stopped_early or completed >= program.num_iterations
+                ):
                     latest_eval = metrics.latest_finite(rows.get("eval_return", [[np.nan]]))
-                    directory.save(completed, {"state": state, "run_keys": run_keys}, history,
-                                   float(np.mean(latest_eval)))
+                    directory.save(
+                        completed, {"state": state, "run_keys": run_keys}, history, float(np.mean(latest_eval))
+                    )
     finally:
         for logger in loggers:
             logger.close()
@@ -186,8 +214,9 @@ def _module(algorithm) -> tuple[str, ModuleType]:
     return algorithm.__name__.rsplit(".", 1)[-1], algorithm
 
 
-def _check_arguments(name, program: loop.Program, dataset, seeds, chunk_iterations, metrics_every, logdir,
-                     checkpoint_every, resume) -> int:
+def _check_arguments(
+    name, program: loop.Program, dataset, seeds, chunk_iterations, metrics_every, logdir, checkpoint_every, resume
+) -> int:
     """ValueErrors for arguments that cannot work, before anything is written or
     compiled; returns ``chunk_iterations`` (its default filled in)."""
     if dataset is not None and program.inputs is loop.no_inputs:
@@ -197,24 +226,29 @@ def _check_arguments(name, program: loop.Program, dataset, seeds, chunk_iteratio
     num_iterations = program.num_iterations
     chunk_iterations = default_chunk_iterations(num_iterations) if chunk_iterations is None else chunk_iterations
     if not isinstance(chunk_iterations, int) or not 1 <= chunk_iterations <= num_iterations:
-        raise ValueError(f"chunk_iterations must be an int in [1, {num_iterations}] (the run's iterations), "
-                         f"got {chunk_iterations!r}")
+        raise ValueError(
+            f"chunk_iterations must be an int in [1, {num_iterations}] (the run's iterations), got {chunk_iterations!r}"
+        )
     if not isinstance(metrics_every, int) or metrics_every < 1 or chunk_iterations % metrics_every:
-        raise ValueError(f"metrics_every must be an int >= 1 dividing chunk_iterations={chunk_iterations}, "
-                         f"got {metrics_every!r}")
+        raise ValueError(
+            f"metrics_every must be an int >= 1 dividing chunk_iterations={chunk_iterations}, got {metrics_every!r}"
+        )
     if (checkpoint_every is not None or resume) and logdir is None:
         raise ValueError("checkpoint_every and resume need a logdir to keep checkpoints in")
     if resume and not program.resumable:
-        raise ValueError(f"{name}'s run cannot be resumed: part of its state lives on the host (a host env), "
-                         f"outside the checkpoint, which holds the agent (params, optimiser) only")
+        raise ValueError(
+            f"{name}'s run cannot be resumed: part of its state lives on the host (a host env), "
+            f"outside the checkpoint, which holds the agent (params, optimiser) only"
+        )
     return chunk_iterations
 
 
 def _check_target(name: str, target: metrics.Target, metric_names) -> None:
     for metric in target.needs:
         if metric not in metric_names:
-            raise ValueError(f"target metric {metric!r} is not a metric of {name}; "
-                             f"its metrics: {', '.join(sorted(metric_names))}")
+            raise ValueError(
+                f"target metric {metric!r} is not a metric of {name}; its metrics: {', '.join(sorted(metric_names))}"
+            )
 
 
 class _Programs:
@@ -247,8 +281,12 @@ class _Programs:
         signature = (name, *static, jax.tree.structure(args), _shapes(args))
         if signature not in self._prepared:
             self._prepared[signature] = program_cache.prepare(
-                jitted, args, static, identity=self._identity and f"{name} {self._identity}",
-                donate_argnums=donate_argnums)
+                jitted,
+                args,
+                static,
+                identity=self._identity and f"{name} {self._identity}",
+                donate_argnums=donate_argnums,
+            )
         return signature, self._prepared[signature]
 
     def _executable(self, signature, compile_program):
@@ -275,7 +313,9 @@ class _Programs:
         # Abstract inputs: arrays a computation made are committed to their device,
         # which program_cache does not key on.
         template = jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=getattr(x, "weak_type", False)), (state, run_keys))
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=getattr(x, "weak_type", False)),
+            (state, run_keys),
+        )
         return self._prepare("chunk", self._chunk, (*template, jnp.int32(0)), (length,), donate_argnums=(0,))
 
 
@@ -296,14 +336,18 @@ def _program_identity(module: ModuleType, config) -> str | None:
     programs of ``module`` on ``config``: the algorithm, the config's class and every
     field. None where something outside jaxrl shapes the programs (the user's algorithm
     or config class) or a field is not plain data."""
+
     def plain(value):
         if isinstance(value, (tuple, list)):
             return all(plain(v) for v in value)
         return value is None or isinstance(value, (str, int, float, bool))
 
     config_class = type(config)
-    if not (module.__name__.startswith("jaxrl.algorithms.") and dataclasses.is_dataclass(config)
-            and config_class.__module__.startswith("jaxrl.")):
+    if not (
+        module.__name__.startswith("jaxrl.algorithms.")
+        and dataclasses.is_dataclass(config)
+        and config_class.__module__.startswith("jaxrl.")
+    ):
         return None
     fields = [(field.name, getattr(config, field.name)) for field in dataclasses.fields(config)]
     if not all(plain(value) for _, value in fields):

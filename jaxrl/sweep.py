@@ -22,7 +22,8 @@ import dataclasses
 import difflib
 import itertools
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -75,8 +76,10 @@ def random_settings(num: int, seed: int = 0, **ranges) -> dict:
     for name, spec in ranges.items():
         low, high, *scale = spec
         if not low < high or scale not in ([], ["linear"], ["log"]) or (scale == ["log"] and low <= 0):
-            raise ValueError(f"range for {name!r} must be (low, high) or (low, high, 'log') with low < high "
-                             f"(and low > 0 for 'log'), got {spec!r}")
+            raise ValueError(
+                f"range for {name!r} must be (low, high) or (low, high, 'log') with low < high "
+                f"(and low > 0 for 'log'), got {spec!r}"
+            )
         if scale == ["log"]:
             settings[name] = np.exp(rng.uniform(math.log(low), math.log(high), num))
         else:
@@ -100,7 +103,8 @@ def swept_config(config, settings: dict):
             raise ValueError(
                 f"{name!r} is a static field of {type(config).__qualname__} (it fixes a shape or the program's "
                 f"structure), so it cannot be swept inside one compiled program: loop over its values on the host, "
-                f"e.g. [sweep.run(algorithm, config.replace({name}=v), settings) for v in values]")
+                f"e.g. [sweep.run(algorithm, config.replace({name}=v), settings) for v in values]"
+            )
         default = getattr(config, name)
         if isinstance(default, bool) or not isinstance(default, (int, float)):
             raise ValueError(f"{name!r} holds {default!r}; only numeric fields can be swept")
@@ -113,8 +117,10 @@ def swept_config(config, settings: dict):
     if not replacements:
         raise ValueError("settings must name at least one field to sweep")
     if len(lengths) > 1:
-        raise ValueError(f"every swept field needs the same number of values (one per setting), got "
-                         f"{ {name: int(v.size) for name, v in replacements.items()} }")
+        raise ValueError(
+            f"every swept field needs the same number of values (one per setting), got "
+            f"{ {name: int(v.size) for name, v in replacements.items()} }"
+        )
     try:  # the config's own range checks, on every value
         configs = config.replace(**replacements)
         if hasattr(configs, "check_traced"):
@@ -175,8 +181,9 @@ def iqm(values, axis: int = -1) -> np.ndarray:
     return np.mean(np.take(values, np.arange(cut, n - cut), axis=axis), axis=axis)
 
 
-def bootstrap_ci(values, statistic: Callable = np.mean, level: float = 0.95, resamples: int = 2000,
-                 seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def bootstrap_ci(
+    values, statistic: Callable = np.mean, level: float = 0.95, resamples: int = 2000, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """Percentile-bootstrap confidence interval of ``statistic`` over the seeds.
 
     ``values`` is ``[S, ...]`` (seeds first); ``statistic(sample, axis=0)`` reduces the
@@ -202,14 +209,17 @@ def summarize(result: SweepResult, metric: str = "eval_return", level: float = 0
     for c in range(scores.shape[0]):
         lane = scores[c][np.isfinite(scores[c])]
         low, high = bootstrap_ci(lane, level=level) if lane.size else (np.nan, np.nan)
-        rows.append({
-            **{name: values[c].item() for name, values in result.settings.items()},
-            "seeds": int(lane.size),
-            "mean": float(np.mean(lane)) if lane.size else math.nan,
-            "stderr": float(np.std(lane, ddof=1) / math.sqrt(lane.size)) if lane.size > 1 else math.nan,
-            "iqm": float(iqm(lane)) if lane.size else math.nan,
-            "ci_low": float(low), "ci_high": float(high),
-        })
+        rows.append(
+            {
+                **{name: values[c].item() for name, values in result.settings.items()},
+                "seeds": int(lane.size),
+                "mean": float(np.mean(lane)) if lane.size else math.nan,
+                "stderr": float(np.std(lane, ddof=1) / math.sqrt(lane.size)) if lane.size > 1 else math.nan,
+                "iqm": float(iqm(lane)) if lane.size else math.nan,
+                "ci_low": float(low),
+                "ci_high": float(high),
+            }
+        )
     return rows
 
 
@@ -229,6 +239,7 @@ def format_table(rows: list[dict]) -> str:
     cells = [[f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c]) for c in columns] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
     lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
-    lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths)) + (" *" if row is top else "")
-              for r, row in zip(cells, rows)]
+    lines += [
+        "  ".join(v.rjust(w) for v, w in zip(r, widths)) + (" *" if row is top else "") for r, row in zip(cells, rows)
+    ]
     return "\n".join(lines)

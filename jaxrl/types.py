@@ -25,13 +25,13 @@ class Trajectory:
 
     obs: PyTree
     action: Array
-    reward: Array          # [T, N] float32
-    terminated: Array      # [T, N] bool: the MDP ended; do not bootstrap
-    truncated: Array       # [T, N] bool: cut by a time limit; bootstrap from next_obs
+    reward: Array  # [T, N] float32
+    terminated: Array  # [T, N] bool: the MDP ended; do not bootstrap
+    truncated: Array  # [T, N] bool: cut by a time limit; bootstrap from next_obs
     next_obs: PyTree
     episode_return: Array  # [T, N] return of the episode that ended at this step, else 0
     episode_length: Array  # [T, N] int32 length of that episode, else 0
-    extras: dict           # policy extras, e.g. {"log_prob": [T, N], "value": [T, N]}
+    extras: dict  # policy extras, e.g. {"log_prob": [T, N], "value": [T, N]}
 
     @property
     def done(self) -> Array:

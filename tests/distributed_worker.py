@@ -24,8 +24,9 @@ from jaxrl.algorithms import ppo  # noqa: E402
 from jaxrl.types import TrainOutput  # noqa: E402
 
 # 16 iterations of 8 envs x 16 steps; one evaluation, at the end.
-CONFIG = ppo.Config(total_timesteps=2048, num_envs=8, num_steps=16, hidden_sizes=(16, 16), num_evals=1,
-                    eval_episodes=2, num_reports=0)
+CONFIG = ppo.Config(
+    total_timesteps=2048, num_envs=8, num_steps=16, hidden_sizes=(16, 16), num_evals=1, eval_episodes=2, num_reports=0
+)
 
 
 class Lanes:
@@ -48,20 +49,27 @@ def lanes(num_settings: int, num_seeds: int) -> dict:
     keys = jax.random.split(jax.random.key(7), num_seeds)
     configs = Lanes.Config(scale=jnp.arange(1.0, num_settings + 1.0))
     output = distributed.train_lanes(Lanes, keys, configs).output
-    expected = [[Lanes.train(keys[s], Lanes.Config(scale=float(c + 1))).metrics["value"] for s in range(num_seeds)]
-                for c in range(num_settings)]
+    expected = [
+        [Lanes.train(keys[s], Lanes.Config(scale=float(c + 1))).metrics["value"] for s in range(num_seeds)]
+        for c in range(num_settings)
+    ]
     return {"lanes": distributed.to_host(output.metrics["value"]), "lanes_expected": np.asarray(expected)}
 
 
 def flat(prefix: str, tree) -> dict:
-    return {f"{prefix}/{jax.tree_util.keystr(path)}": np.asarray(leaf)
-            for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
+    return {
+        f"{prefix}/{jax.tree_util.keystr(path)}": np.asarray(leaf)
+        for path, leaf in jax.tree_util.tree_leaves_with_path(tree)
+    }
 
 
 def shards(array) -> dict:
-    return {"spec": str(array.sharding.spec), "replicated": array.sharding.is_fully_replicated,
-            "devices": len({shard.device for shard in array.addressable_shards}),
-            "shapes": sorted({tuple(shard.data.shape) for shard in array.addressable_shards})}
+    return {
+        "spec": str(array.sharding.spec),
+        "replicated": array.sharding.is_fully_replicated,
+        "devices": len({shard.device for shard in array.addressable_shards}),
+        "shapes": sorted({tuple(shard.data.shape) for shard in array.addressable_shards}),
+    }
 
 
 def on_devices() -> tuple[dict, dict]:
@@ -92,12 +100,19 @@ def on_devices() -> tuple[dict, dict]:
 
 # A program whose state has no env batch (as behaviour cloning's, which learns from a
 # dataset): data parallelism has nothing to split.
-PROGRAM_WITHOUT_ENVS = loop.Program(init=lambda key, inputs: {"params": jax.random.normal(key, (2,))},
-                                    iteration=None, evaluate=None, num_iterations=1, num_evals=0, num_reports=0)
+PROGRAM_WITHOUT_ENVS = loop.Program(
+    init=lambda key, inputs: {"params": jax.random.normal(key, (2,))},
+    iteration=None,
+    evaluate=None,
+    num_iterations=1,
+    num_evals=0,
+    num_reports=0,
+)
 
 
 def bad_input(keys) -> dict:
     """Each bad call's ValueError message (all raised before anything compiles)."""
+
     def error(call) -> str:
         try:
             call()
@@ -107,9 +122,12 @@ def bad_input(keys) -> dict:
 
     return {
         "num_envs": error(lambda: distributed.train_data_parallel("ppo", CONFIG.replace(num_envs=6), keys[0])),
-        "env_batch_traced": error(lambda: jax.eval_shape(
-            distributed.data_parallel(ppo.program(CONFIG.replace(num_envs=6))).init, keys[0], ())),
-        "no_env_batch": error(lambda: jax.eval_shape(distributed.data_parallel(PROGRAM_WITHOUT_ENVS).init, keys[0], ())),
+        "env_batch_traced": error(
+            lambda: jax.eval_shape(distributed.data_parallel(ppo.program(CONFIG.replace(num_envs=6))).init, keys[0], ())
+        ),
+        "no_env_batch": error(
+            lambda: jax.eval_shape(distributed.data_parallel(PROGRAM_WITHOUT_ENVS).init, keys[0], ())
+        ),
         "keys": error(lambda: distributed.train_seeds("ppo", CONFIG, jax.random.key(0))),
         "swept_config": error(lambda: distributed.train_seeds("ppo", CONFIG.replace(gamma=jnp.ones(2)), keys)),
         "mesh": error(lambda: distributed.train_seeds("ppo", CONFIG, keys, mesh=jax.devices())),
@@ -122,11 +140,17 @@ def in_process() -> tuple[dict, dict]:
     one process: a reference run here would cost one more compilation.)"""
     key = jax.random.key(0)
     data_parallel = distributed.train_data_parallel("ppo", CONFIG, key)
-    arrays = {**flat("dp/params", distributed.to_host(data_parallel.state.params)),
-              **flat("dp/metrics", distributed.to_host(data_parallel.metrics)),
-              **lanes(num_settings=3, num_seeds=3)}  # 9 lanes padded to 10
-    facts = {"process_count": jax.process_count(), "devices": jax.device_count(),
-             "local_devices": jax.local_device_count(), "dp_obs": shards(data_parallel.state.obs)}
+    arrays = {
+        **flat("dp/params", distributed.to_host(data_parallel.state.params)),
+        **flat("dp/metrics", distributed.to_host(data_parallel.metrics)),
+        **lanes(num_settings=3, num_seeds=3),
+    }  # 9 lanes padded to 10
+    facts = {
+        "process_count": jax.process_count(),
+        "devices": jax.device_count(),
+        "local_devices": jax.local_device_count(),
+        "dp_obs": shards(data_parallel.state.obs),
+    }
     return arrays, facts
 
 

@@ -17,8 +17,14 @@ from jaxrl.types import Trajectory
 
 CARTPOLE_200 = {"max_steps_in_episode": 200}
 SMALL = a2c.Config(
-    env_id="CartPole-v1", num_envs=4, num_steps=8, total_timesteps=4 * 8 * 6, hidden_sizes=(16, 16),
-    num_evals=2, eval_episodes=2, num_reports=0,
+    env_id="CartPole-v1",
+    num_envs=4,
+    num_steps=8,
+    total_timesteps=4 * 8 * 6,
+    hidden_sizes=(16, 16),
+    num_evals=2,
+    eval_episodes=2,
+    num_reports=0,
 )
 
 
@@ -37,9 +43,14 @@ def random_trajectory(seed, T=24, N=3):
     terminated[5, 0], truncated[9, 1], truncated[T - 1, 2] = True, True, True
     f32 = lambda *shape: rng.normal(size=shape).astype(np.float32)  # noqa: E731
     trajectory = Trajectory(
-        obs=f32(T, N, 4), action=np.zeros((T, N), np.int32), reward=f32(T, N),
-        terminated=jnp.asarray(terminated), truncated=jnp.asarray(truncated), next_obs=f32(T, N, 4),
-        episode_return=np.zeros((T, N), np.float32), episode_length=np.zeros((T, N), np.int32),
+        obs=f32(T, N, 4),
+        action=np.zeros((T, N), np.int32),
+        reward=f32(T, N),
+        terminated=jnp.asarray(terminated),
+        truncated=jnp.asarray(truncated),
+        next_obs=f32(T, N, 4),
+        episode_return=np.zeros((T, N), np.float32),
+        episode_length=np.zeros((T, N), np.int32),
         extras={"log_prob": f32(T, N) - 1.0, "value": f32(T, N)},
     )
     value, value_next = f32(T, N), f32(T, N)
@@ -93,13 +104,15 @@ def as_np(*xs):
 @pytest.mark.parametrize("baseline", [True, False])
 def test_monte_carlo_targets_use_each_envs_first_episode(seed, baseline):
     trajectory, value, value_next, log_prob = random_trajectory(seed)
-    config = reinforce.Config(env_id="CartPole-v1", env_kwargs=CARTPOLE_200, baseline=baseline,
-                              normalize_advantages=False, gamma=0.9)
+    config = reinforce.Config(
+        env_id="CartPole-v1", env_kwargs=CARTPOLE_200, baseline=baseline, normalize_advantages=False, gamma=0.9
+    )
     advantage, target, mask = a2c.targets(value, value_next, log_prob, trajectory, config)
     r, v, vn = as_np(trajectory.reward, value, value_next)
     bootstrap = vn if baseline else np.zeros_like(vn)
-    G, expected_mask = oracle_returns_to_first_end(r, bootstrap, np.asarray(trajectory.terminated),
-                                                   np.asarray(trajectory.truncated), 0.9)
+    G, expected_mask = oracle_returns_to_first_end(
+        r, bootstrap, np.asarray(trajectory.terminated), np.asarray(trajectory.truncated), 0.9
+    )
     np.testing.assert_array_equal(np.asarray(mask), expected_mask)
     assert 0 < expected_mask.sum() < expected_mask.size
     m = expected_mask
@@ -129,7 +142,8 @@ def test_vtrace_with_lag_zero_and_no_clipping_reduces_to_n_step_returns(seed):
     np.testing.assert_allclose(np.asarray(advantage), G - v, rtol=1e-5, atol=1e-5)
     # ... which is exactly A2C's estimator at lambda 1.
     a2c_advantage, a2c_target, _ = a2c.targets(
-        value, value_next, log_prob, trajectory, a2c.Config(gae_lambda=1.0, gamma=0.95))
+        value, value_next, log_prob, trajectory, a2c.Config(gae_lambda=1.0, gamma=0.95)
+    )
     np.testing.assert_allclose(np.asarray(a2c_target), np.asarray(target), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(a2c_advantage), np.asarray(advantage), rtol=1e-5, atol=1e-5)
 
@@ -169,8 +183,16 @@ def test_registry():
 
 def test_metrics_and_determinism(train_small, small_run):
     metrics = small_run.metrics
-    for name in ("timesteps", "episode_return", "policy_loss", "value_loss", "entropy", "approx_kl",
-                 "learning_rate", "eval_return"):
+    for name in (
+        "timesteps",
+        "episode_return",
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "approx_kl",
+        "learning_rate",
+        "eval_return",
+    ):
         assert metrics[name].shape == (SMALL.num_iterations,), name
     np.testing.assert_array_equal(metrics["timesteps"], 32 * np.arange(1, SMALL.num_iterations + 1))
     # Without policy lag the learner is the behaviour policy.
@@ -216,15 +238,20 @@ def test_the_update_on_flat_parameters_equals_a_per_leaf_update():
         state = update(state)
         updates, opt_state = optimizer.update(grads(network), opt_state, network)
         network = optax.apply_updates(network, updates)
-        jax.tree.map(lambda ours, reference: np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-7),
-                     state.params["network"], network)
-    assert not np.allclose(jax.tree.leaves(network)[0], jax.tree.leaves(a2c.init(jax.random.key(0), config)
-                                                                          .params["network"])[0])
+        jax.tree.map(
+            lambda ours, reference: np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-7),
+            state.params["network"],
+            network,
+        )
+    assert not np.allclose(
+        jax.tree.leaves(network)[0], jax.tree.leaves(a2c.init(jax.random.key(0), config).params["network"])[0]
+    )
 
 
 def test_policy_lag_acts_with_the_params_of_k_updates_ago():
-    config = impala.Config(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 6, hidden_sizes=(16, 16),
-                           policy_lag=2, num_reports=0)
+    config = impala.Config(
+        num_envs=4, num_steps=8, total_timesteps=4 * 8 * 6, hidden_sizes=(16, 16), policy_lag=2, num_reports=0
+    )
     state = impala.init(jax.random.key(0), config)
     step = jax.jit(impala.step, static_argnames="config")
     history = [state.params]
@@ -235,8 +262,9 @@ def test_policy_lag_acts_with_the_params_of_k_updates_ago():
         kls.append(float(metrics["approx_kl"]))
     # After 4 updates the actors hold the params after updates 2 and 3 (oldest first).
     for slot, expected in enumerate(history[2:4]):
-        for x, y in zip(jax.tree.leaves(jax.tree.map(lambda q: q[slot], state.lagged_params)),
-                        jax.tree.leaves(expected)):
+        for x, y in zip(
+            jax.tree.leaves(jax.tree.map(lambda q: q[slot], state.lagged_params)), jax.tree.leaves(expected)
+        ):
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     # The first two iterations act with the initial params, the learner's first
     # update starts from them too (kl 0); later the learner has moved on (kl > 0).
@@ -244,8 +272,15 @@ def test_policy_lag_acts_with_the_params_of_k_updates_ago():
 
 
 def test_monte_carlo_reports_first_episodes_and_continuous_actions_work():
-    config = reinforce.Config(env_id="Pendulum-v1", num_envs=2, total_timesteps=2 * 200 * 2, hidden_sizes=(16,),
-                              num_evals=1, eval_episodes=1, num_reports=0)
+    config = reinforce.Config(
+        env_id="Pendulum-v1",
+        num_envs=2,
+        total_timesteps=2 * 200 * 2,
+        hidden_sizes=(16,),
+        num_evals=1,
+        eval_episodes=1,
+        num_reports=0,
+    )
     assert config.num_steps == 200  # the env's time limit
     out = jax.jit(reinforce.train)(jax.random.key(0), config)
     m = jax.tree.map(np.asarray, out.metrics)
@@ -255,16 +290,19 @@ def test_monte_carlo_reports_first_episodes_and_continuous_actions_work():
     assert np.all(np.isfinite(m["policy_loss"])) and np.all(m["episode_return"] < 0)
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    (dict(advantage="td"), "advantage"),
-    (dict(baseline=False), "baseline"),
-    (dict(policy_lag=-1), "policy_lag"),
-    (dict(optimizer="sgd"), "optimizer"),
-    (dict(num_envs=0), "num_envs"),
-    (dict(advantage="monte_carlo", num_steps=100), "num_steps"),
-    (dict(num_steps=None), "num_steps"),
-    (dict(env_id="CartPol-v1"), "CartPole-v1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(advantage="td"), "advantage"),
+        (dict(baseline=False), "baseline"),
+        (dict(policy_lag=-1), "policy_lag"),
+        (dict(optimizer="sgd"), "optimizer"),
+        (dict(num_envs=0), "num_envs"),
+        (dict(advantage="monte_carlo", num_steps=100), "num_steps"),
+        (dict(num_steps=None), "num_steps"),
+        (dict(env_id="CartPol-v1"), "CartPole-v1"),
+    ],
+)
 def test_bad_config_names_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
         a2c.Config(**kwargs)

@@ -18,27 +18,38 @@ import pytest
 from jaxrl import cli, data, sweep_axes
 from jaxrl.algorithms import bc, get, ppo
 
-SMALL = bc.Config(env_id="CartPole-v1", num_updates=6, batch_size=16, hidden_sizes=(8,), num_evals=2,
-                  eval_episodes=2, num_reports=0)
+SMALL = bc.Config(
+    env_id="CartPole-v1", num_updates=6, batch_size=16, hidden_sizes=(8,), num_evals=2, eval_episodes=2, num_reports=0
+)
 
 
 def synthetic_dataset(env_id, size, seed=0, obs_dim=4, action_dim=None, num_actions=2):
     """Random transitions with the schema of ``env_id`` (continuous if ``action_dim``)."""
     rng = np.random.default_rng(seed)
-    action = (rng.uniform(-2.0, 2.0, (size, action_dim)).astype(np.float32) if action_dim
-              else rng.integers(0, num_actions, size).astype(np.int32))
+    action = (
+        rng.uniform(-2.0, 2.0, (size, action_dim)).astype(np.float32)
+        if action_dim
+        else rng.integers(0, num_actions, size).astype(np.int32)
+    )
     zeros = np.zeros(size, np.float32)
     return data.Dataset(
-        obs=jnp.asarray(rng.normal(1.0, 2.0, (size, obs_dim)).astype(np.float32)), action=jnp.asarray(action),
-        reward=jnp.asarray(zeros), terminated=jnp.zeros(size, bool), truncated=jnp.zeros(size, bool),
+        obs=jnp.asarray(rng.normal(1.0, 2.0, (size, obs_dim)).astype(np.float32)),
+        action=jnp.asarray(action),
+        reward=jnp.asarray(zeros),
+        terminated=jnp.zeros(size, bool),
+        truncated=jnp.zeros(size, bool),
         next_obs=jnp.asarray(rng.normal(size=(size, obs_dim)).astype(np.float32)),
-        episode_return=jnp.asarray(zeros), episode_length=jnp.zeros(size, jnp.int32), env_id=env_id,
+        episode_return=jnp.asarray(zeros),
+        episode_length=jnp.zeros(size, jnp.int32),
+        env_id=env_id,
     )
 
 
 DATASET = synthetic_dataset("CartPole-v1", 64)
 # The continuous-action tests share these, so each jitted piece compiles once per loss.
-PENDULUM = {loss: bc.Config(env_id="Pendulum-v1", loss=loss, hidden_sizes=(8,), batch_size=8) for loss in ("mse", "gaussian")}
+PENDULUM = {
+    loss: bc.Config(env_id="Pendulum-v1", loss=loss, hidden_sizes=(8,), batch_size=8) for loss in ("mse", "gaussian")
+}
 PENDULUM_DATASET = synthetic_dataset("Pendulum-v1", 32, seed=1, obs_dim=3, action_dim=1)
 
 
@@ -84,8 +95,11 @@ def perturbed_state(config, dataset, seed=0):
     return state.replace(params={**state.params, "network": network})
 
 
-@pytest.mark.parametrize("env_id, loss", [("CartPole-v1", "mse"), ("Pendulum-v1", "mse"), ("Pendulum-v1", "gaussian")],
-                         ids=["cross-entropy", "mse", "gaussian"])
+@pytest.mark.parametrize(
+    "env_id, loss",
+    [("CartPole-v1", "mse"), ("Pendulum-v1", "mse"), ("Pendulum-v1", "gaussian")],
+    ids=["cross-entropy", "mse", "gaussian"],
+)
 def test_loss_matches_numpy(env_id, loss):
     """Cross-entropy of the categorical policy; squared error of the tanh policy mapped
     onto [-2, 2]; the negative log-likelihood of a diagonal Gaussian with log-std
@@ -125,12 +139,14 @@ def test_update_is_one_adam_step_on_the_batch():
     ``-lr * sign(g)`` wherever the gradient is not tiny."""
     state = perturbed_state(SMALL, DATASET)
     config = SMALL.replace(learning_rate=0.01)
-    grads, _ = jit(jax.grad(bc.loss_fn, has_aux=True))(state.params["network"], state.params["obs_stats"], DATASET,
-                                                       config=config)
+    grads, _ = jit(jax.grad(bc.loss_fn, has_aux=True))(
+        state.params["network"], state.params["obs_stats"], DATASET, config=config
+    )
     stepped, metrics = jit(bc.update)(state, DATASET, jax.random.key(0), config)
     assert int(stepped.updates) == 1 and set(metrics) == {"loss", "accuracy"}
-    for g, before, after in zip(jax.tree.leaves(grads), jax.tree.leaves(state.params["network"]),
-                                jax.tree.leaves(stepped.params["network"])):
+    for g, before, after in zip(
+        jax.tree.leaves(grads), jax.tree.leaves(state.params["network"]), jax.tree.leaves(stepped.params["network"])
+    ):
         g, moved = np.asarray(g), np.asarray(after) - np.asarray(before)
         large = np.abs(g) > 1e-4
         np.testing.assert_allclose(moved[large], -0.01 * np.sign(g[large]), rtol=1e-2)
@@ -204,27 +220,37 @@ def test_continuous_actions_stay_in_bounds(loss):
         np.testing.assert_array_equal(sampled, greedy)
 
 
-@pytest.mark.parametrize("overrides, field", [
-    (dict(num_updates=0), "num_updates"),
-    (dict(batch_size=-1), "batch_size"),
-    (dict(loss="l1"), "loss"),
-    (dict(hidden_sizes=(8, 0)), "hidden_sizes"),
-    (dict(eval_episodes=0), "eval_episodes"),
-    (dict(env_id="CartPol-v1"), "CartPole-v1"),
-])
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (dict(num_updates=0), "num_updates"),
+        (dict(batch_size=-1), "batch_size"),
+        (dict(loss="l1"), "loss"),
+        (dict(hidden_sizes=(8, 0)), "hidden_sizes"),
+        (dict(eval_episodes=0), "eval_episodes"),
+        (dict(env_id="CartPol-v1"), "CartPole-v1"),
+    ],
+)
 def test_bad_static_config_is_a_clear_error(overrides, field):
     with pytest.raises(ValueError, match=field):
         bc.Config(**{**SMALL.__dict__, **overrides})
 
 
-@pytest.mark.parametrize("config, dataset, field", [
-    (SMALL.replace(learning_rate=0.0), DATASET, "learning_rate"),
-    (SMALL.replace(learning_rate=jnp.array([1e-3, -1.0])), DATASET, "learning_rate"),
-    (bc.Config(**{**SMALL.__dict__, "batch_size": 65}), DATASET, r"batch_size \(65\) must be at most the dataset's 64"),
-    (bc.Config(env_id="Acrobot-v1"), DATASET, "env_id is 'CartPole-v1', expected 'Acrobot-v1'"),
-    (SMALL, synthetic_dataset("", 64, obs_dim=6), "field 'obs' has observations of shape"),
-    (bc.Config(env_id="Pendulum-v1"), synthetic_dataset("", 64, obs_dim=3), "field 'action' has actions of shape"),
-])
+@pytest.mark.parametrize(
+    "config, dataset, field",
+    [
+        (SMALL.replace(learning_rate=0.0), DATASET, "learning_rate"),
+        (SMALL.replace(learning_rate=jnp.array([1e-3, -1.0])), DATASET, "learning_rate"),
+        (
+            bc.Config(**{**SMALL.__dict__, "batch_size": 65}),
+            DATASET,
+            r"batch_size \(65\) must be at most the dataset's 64",
+        ),
+        (bc.Config(env_id="Acrobot-v1"), DATASET, "env_id is 'CartPole-v1', expected 'Acrobot-v1'"),
+        (SMALL, synthetic_dataset("", 64, obs_dim=6), "field 'obs' has observations of shape"),
+        (bc.Config(env_id="Pendulum-v1"), synthetic_dataset("", 64, obs_dim=3), "field 'action' has actions of shape"),
+    ],
+)
 def test_bad_config_or_dataset_is_a_clear_error_at_init(config, dataset, field):
     with pytest.raises(ValueError, match=field):
         bc.init(jax.random.key(0), config, dataset)
@@ -270,8 +296,9 @@ def record_expert(expert_config, num_transitions):
     policy from 10 envs. Returns the expert's final evaluation return and the dataset."""
     expert = jax.jit(ppo.train)(jax.random.key(0), expert_config)
     act_fn = functools.partial(ppo.act, config=expert_config, deterministic=True)
-    dataset = data.collect_dataset(act_fn, expert.state.params, expert_config.env_id, jax.random.key(1),
-                                   num_transitions, num_envs=10)
+    dataset = data.collect_dataset(
+        act_fn, expert.state.params, expert_config.env_id, jax.random.key(1), num_transitions, num_envs=10
+    )
     return float(expert.metrics["eval_return"][-1]), dataset
 
 
@@ -287,13 +314,36 @@ def test_clones_a_cartpole_expert_from_the_command_line(tmp_path, capsys):
     the bar, so the labels are exactly the actions being imitated (no sampling noise
     to fit)."""
     expert_return, dataset = record_expert(
-        ppo.Config(env_id="CartPole-v1", num_evals=1, eval_episodes=20, num_reports=0), 10_000)
+        ppo.Config(env_id="CartPole-v1", num_evals=1, eval_episodes=20, num_reports=0), 10_000
+    )
     assert expert_return >= 400, expert_return  # a bar worth clearing
     path, summary = tmp_path / "cartpole.npz", tmp_path / "summary.json"
     data.save_dataset(path, dataset)
-    assert cli.main(["train", "bc", "--env", "CartPole-v1", "--seeds", "5", "--set", f"dataset_path={path}",
-                     "--set", "num_updates=1000", "--set", "num_evals=1", "--set", "eval_episodes=20",
-                     "--no-cache", "--no-progress", "--json", str(summary)]) == 0
+    assert (
+        cli.main(
+            [
+                "train",
+                "bc",
+                "--env",
+                "CartPole-v1",
+                "--seeds",
+                "5",
+                "--set",
+                f"dataset_path={path}",
+                "--set",
+                "num_updates=1000",
+                "--set",
+                "num_evals=1",
+                "--set",
+                "eval_episodes=20",
+                "--no-cache",
+                "--no-progress",
+                "--json",
+                str(summary),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "5 seed(s) x 1,000 updates" in out and "eval return" in out and "train return" not in out
     result = json.loads(summary.read_text())
@@ -313,11 +363,11 @@ def test_clones_a_pendulum_expert():
     return (mean of 20 episodes) within 100 of the expert's in at least 4 of 5 seeds
     (random play scores about -1200)."""
     expert_return, dataset = record_expert(
-        ppo.preset("Pendulum-v1", hidden_sizes=(64, 64), gae_lambda=0.95, num_evals=1, eval_episodes=20,
-                   num_reports=0), 10_000)
+        ppo.preset("Pendulum-v1", hidden_sizes=(64, 64), gae_lambda=0.95, num_evals=1, eval_episodes=20, num_reports=0),
+        10_000,
+    )
     assert expert_return >= -300, expert_return
-    config = bc.Config(env_id="Pendulum-v1", loss="mse", num_updates=1000, num_evals=1, eval_episodes=20,
-                       num_reports=0)
+    config = bc.Config(env_id="Pendulum-v1", loss="mse", num_updates=1000, num_evals=1, eval_episodes=20, num_reports=0)
     keys = jax.random.split(jax.random.key(2), 5)
     out = jax.jit(jax.vmap(bc.train, in_axes=(0, None, None)))(keys, config, dataset)
     cloned = np.asarray(out.metrics["eval_return"][:, -1])

@@ -25,10 +25,10 @@ import pytest
 
 from jaxrl.buffers import prioritized, replay, sumtree
 
-R = 7             # rows
-N = 3             # env lanes
+R = 7  # rows
+N = 3  # env lanes
 CAPACITY = R * N  # 21 transitions
-NUM_KEYS = 200    # sampling-frequency tests: NUM_KEYS x FREQ_BATCH = 200k draws
+NUM_KEYS = 200  # sampling-frequency tests: NUM_KEYS x FREQ_BATCH = 200k draws
 FREQ_BATCH = 1000
 # Max |empirical frequency - probability| allowed over 200k draws. For independent
 # draws the standard deviation of one frequency is at most sqrt(0.25 / 200_000) =
@@ -93,6 +93,7 @@ def _p_sample_many(state, keys, beta):
 # Data
 # --------------------------------------------------------------------------------------
 
+
 def example_transition():
     """One transition: nested dict observations of two dtypes, plus the n-step fields."""
     obs = {"pixels": np.zeros((2, 2), np.uint8), "vec": np.zeros(3, np.float32)}
@@ -114,8 +115,10 @@ def random_rows(rng, num_rows, p_term=(0.2, 0.1, 0.0), p_trunc=(0.15, 0.1, 0.0))
     shape = (num_rows, N)
 
     def obs():
-        return {"pixels": rng.integers(0, 256, shape + (2, 2)).astype(np.uint8),
-                "vec": rng.normal(size=shape + (3,)).astype(np.float32)}
+        return {
+            "pixels": rng.integers(0, 256, shape + (2, 2)).astype(np.uint8),
+            "vec": rng.normal(size=shape + (3,)).astype(np.float32),
+        }
 
     return {
         "obs": obs(),
@@ -157,6 +160,7 @@ def fill(seed, num_rows, state=None):
 # Reference ring buffer
 # --------------------------------------------------------------------------------------
 
+
 class RingReference:
     """One env lane: a Python list of ``size`` slots written in order, wrapping around."""
 
@@ -174,6 +178,7 @@ class RingReference:
 # --------------------------------------------------------------------------------------
 # 1. Uniform ring buffer contents
 # --------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_ring_contents_match_list_reference(seed):
@@ -223,6 +228,7 @@ def test_capacity_rounds_up_and_oversized_sequence_is_rejected():
 # 2. Uniform sampling
 # --------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("num_rows", [3, 10])  # 3: partly filled; 10: wrapped (cursor 3)
 def test_uniform_sampling_covers_exactly_the_filled_slots(num_rows):
     state, _ = fill(10 + num_rows, num_rows)
@@ -250,6 +256,7 @@ def test_uniform_sampling_covers_exactly_the_filled_slots(num_rows):
 # 3. n-step transitions
 # --------------------------------------------------------------------------------------
 
+
 def n_step_reference(history, t, n, gamma):
     """From step ``t`` of one lane's full ``history`` (list of per-step dicts, oldest
     first, the last one the newest step added): up to ``n`` steps, stopping after a step
@@ -265,9 +272,16 @@ def n_step_reference(history, t, n, gamma):
         if history[s]["terminated"] or history[s]["truncated"]:
             break
     last = history[t + m - 1]
-    return dict(reward=reward, discount=gamma ** m, n_steps=m, next_obs=last["next_obs"],
-                terminated=bool(last["terminated"]), truncated=bool(last["truncated"]),
-                obs=history[t]["obs"], action=history[t]["action"])
+    return dict(
+        reward=reward,
+        discount=gamma**m,
+        n_steps=m,
+        next_obs=last["next_obs"],
+        terminated=bool(last["terminated"]),
+        truncated=bool(last["truncated"]),
+        obs=history[t]["obs"],
+        action=history[t]["action"],
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -324,8 +338,9 @@ def test_n_step_rejects_bad_arguments():
     for n in (0, -1, 2.5, True):
         with pytest.raises(ValueError, match="n_step"):
             replay.n_step(state, index, n, 0.99)
-    no_next = replay.init({"reward": np.zeros((), np.float32), "terminated": np.zeros((), bool),
-                           "truncated": np.zeros((), bool)}, 4, 1)
+    no_next = replay.init(
+        {"reward": np.zeros((), np.float32), "terminated": np.zeros((), bool), "truncated": np.zeros((), bool)}, 4, 1
+    )
     with pytest.raises(ValueError, match="next_obs"):
         replay.n_step(no_next, index, 3, 0.99)
 
@@ -334,8 +349,8 @@ def test_n_step_rejects_bad_arguments():
 # 4. Sum-tree
 # --------------------------------------------------------------------------------------
 
-COUNT = 40      # leaves in use (the tree has more: unused leaves stay zero)
-UPDATE_K = 48   # indices per update (> COUNT, so every update repeats some index)
+COUNT = 40  # leaves in use (the tree has more: unused leaves stay zero)
+UPDATE_K = 48  # indices per update (> COUNT, so every update repeats some index)
 
 
 def tree_levels(tree):
@@ -350,11 +365,11 @@ def tree_levels(tree):
     else:
         flat = np.asarray(tree, np.float64)
         size = len(flat) // 2
-        levels = [flat[2 ** d:2 ** (d + 1)] for d in range(size.bit_length())]
+        levels = [flat[2**d : 2 ** (d + 1)] for d in range(size.bit_length())]
     assert len(levels[0]) == 1
     branching = len(levels[1]) if len(levels) > 1 else 1  # a one-leaf tree may be just its root
     for d, level in enumerate(levels):
-        assert len(level) == branching ** d
+        assert len(level) == branching**d
     return levels, branching
 
 
@@ -385,7 +400,7 @@ def tree_from(leaves):
     tree = sumtree.init(len(leaves))
     size = num_tree_leaves()
     padded = np.zeros(size, np.float32)
-    padded[:len(leaves)] = leaves
+    padded[: len(leaves)] = leaves
     return _tree_update(tree, jnp.arange(size, dtype=jnp.int32), jnp.asarray(padded))
 
 
@@ -494,7 +509,7 @@ def test_sumtree_stratified_sample_one_draw_per_stratum():
     total = cumsum[-1]
     drawn = np.asarray(_tree_sample_four(tree, jax.random.split(jax.random.key(5), 50_000)))
     assert drawn.shape == (50_000, 4)
-    lo, hi = cumsum[drawn] - leaves[drawn], cumsum[drawn]   # each drawn leaf's mass interval
+    lo, hi = cumsum[drawn] - leaves[drawn], cumsum[drawn]  # each drawn leaf's mass interval
     stratum = np.arange(4)
     slack = 1e-5 * total
     assert (lo <= (stratum + 1) / 4 * total + slack).all() and (hi >= stratum / 4 * total - slack).all()
@@ -531,6 +546,7 @@ def test_sumtree_never_returns_zero_priority_leaves_under_rounding():
 # 5. Prioritized replay
 # --------------------------------------------------------------------------------------
 
+
 def slot_index(slots):
     slots = np.asarray(slots)
     return replay.Index(jnp.asarray(slots // N, jnp.int32), jnp.asarray(slots % N, jnp.int32))
@@ -556,8 +572,8 @@ def test_prioritized_new_items_get_max_priority():
     rng = np.random.default_rng(0)
     state = p_fill(0, 3)
     leaves = leaves_of(state)
-    np.testing.assert_array_equal(leaves[:3 * N], 1.0)
-    assert (leaves[3 * N:] == 0).all()
+    np.testing.assert_array_equal(leaves[: 3 * N], 1.0)
+    assert (leaves[3 * N :] == 0).all()
 
     max_seen = 1.0
     alpha, eps = np.float32(0.7), np.float32(1e-3)
@@ -607,8 +623,7 @@ def test_prioritized_non_finite_td_keeps_old_priority_and_huge_td_is_clipped():
     after = leaves_of(state)
     finite = np.isfinite(td)
     np.testing.assert_array_equal(after[slots[~finite]], before[slots[~finite]])
-    np.testing.assert_allclose(after[slots[finite]], (np.abs(td[finite].astype(np.float64)) + 1e-3) ** 0.6,
-                               rtol=1e-5)
+    np.testing.assert_allclose(after[slots[finite]], (np.abs(td[finite].astype(np.float64)) + 1e-3) ** 0.6, rtol=1e-5)
     assert float(state.max_priority) == max_before
     check_tree(state.tree)  # incl. all finite
 
@@ -635,8 +650,9 @@ def test_prioritized_alpha_zero_is_uniform():
     leaves = leaves_of(state)
     np.testing.assert_array_equal(leaves[:stored], 1.0)
     assert (leaves[stored:] == 0).all()
-    slots, weights = jax.device_get(_p_sample_many(state, jax.random.split(jax.random.key(3), NUM_KEYS),
-                                                   jnp.float32(0.5)))
+    slots, weights = jax.device_get(
+        _p_sample_many(state, jax.random.split(jax.random.key(3), NUM_KEYS), jnp.float32(0.5))
+    )
     np.testing.assert_allclose(weights, 1.0, rtol=1e-6)
     counts = np.bincount(slots.ravel(), minlength=CAPACITY)
     assert counts[stored:].sum() == 0
@@ -657,8 +673,7 @@ def test_prioritized_importance_weights_and_frequencies(num_rows):
     assert len(np.unique(leaves[:stored])) > 5  # not uniform
 
     beta = np.float32(0.4)
-    batch, index, weights = jax.device_get(_p_sample(state, jax.random.key(7), batch_size=64,
-                                                     beta=jnp.float32(beta)))
+    batch, index, weights = jax.device_get(_p_sample(state, jax.random.key(7), batch_size=64, beta=jnp.float32(beta)))
     slot = index.row * N + index.lane
     assert (index.row < min(num_rows, R)).all() and (leaves[slot] > 0).all()
     assert_tree_equal(batch, take(state.replay.data, index.row, index.lane))
@@ -666,8 +681,9 @@ def test_prioritized_importance_weights_and_frequencies(num_rows):
     expected = (stored * probability) ** -float(beta)
     np.testing.assert_allclose(weights, expected / expected.max(), rtol=1e-5)
 
-    slots, weights = jax.device_get(_p_sample_many(state, jax.random.split(jax.random.key(8), NUM_KEYS),
-                                                   jnp.float32(beta)))
+    slots, weights = jax.device_get(
+        _p_sample_many(state, jax.random.split(jax.random.key(8), NUM_KEYS), jnp.float32(beta))
+    )
     counts = np.bincount(slots.ravel(), minlength=CAPACITY)
     assert counts[stored:].sum() == 0
     np.testing.assert_array_less(np.abs(counts / slots.size - leaves[:CAPACITY] / leaves.sum()), FREQ_TOL)
@@ -677,10 +693,15 @@ def test_prioritized_importance_weights_and_frequencies(num_rows):
 # 6. Memory estimate and argument checks
 # --------------------------------------------------------------------------------------
 
+
 def image_transition():
-    return {"obs": np.zeros((84, 84), np.uint8), "action": np.zeros((), np.int32),
-            "reward": np.zeros((), np.float32), "terminated": np.zeros((), bool),
-            "truncated": np.zeros((), bool)}
+    return {
+        "obs": np.zeros((84, 84), np.uint8),
+        "action": np.zeros((), np.int32),
+        "reward": np.zeros((), np.float32),
+        "terminated": np.zeros((), bool),
+        "truncated": np.zeros((), bool),
+    }
 
 
 def test_memory_limit_is_checked_before_allocating():
@@ -725,18 +746,20 @@ def test_bad_capacity_or_num_envs_names_the_field(bad):
 # 7. vmap over independent buffers
 # --------------------------------------------------------------------------------------
 
+
 @jax.jit
 def _vmapped_uniform(states, items, keys, gamma):
     def one(state, item, key):
         state = replay.add(state, item)
         batch, index = replay.sample(state, key, CAPACITY)  # the n-step tests compiled this shape
         return state, batch, index, replay.n_step(state, index, 3, gamma)
+
     return jax.vmap(one)(states, items, keys)
 
 
 def test_vmap_uniform_matches_unvmapped():
     rng = np.random.default_rng(5)
-    a, _ = fill(20, 3)   # partly filled, cursor 3
+    a, _ = fill(20, 3)  # partly filled, cursor 3
     b, _ = fill(21, 12)  # wrapped, cursor 5
     items = [take(random_rows(rng, 1), 0) for _ in range(2)]
     keys = jax.random.split(jax.random.key(5), 2)
@@ -760,9 +783,11 @@ def _vmapped_prioritized(states, items, keys, td, alpha, beta):
     def one(state, item, key, td):
         state = prioritized.add(state, item)
         batch, index, weights = prioritized.sample(state, key, 64, beta)
-        state = prioritized.update_priorities(state, replay.Index(index.row[:PRIORITY_B], index.lane[:PRIORITY_B]),
-                                              td, alpha, 1e-6)
+        state = prioritized.update_priorities(
+            state, replay.Index(index.row[:PRIORITY_B], index.lane[:PRIORITY_B]), td, alpha, 1e-6
+        )
         return state, batch, index, weights
+
     return jax.vmap(one)(states, items, keys, td)
 
 
@@ -771,8 +796,13 @@ def test_vmap_prioritized_matches_unvmapped():
     a = p_fill(30, 2)
     b = p_fill(31, 9)
     state_b_slots = rng.choice(CAPACITY, PRIORITY_B, replace=False)
-    b = _p_update(b, slot_index(state_b_slots), jnp.asarray(rng.normal(size=PRIORITY_B) * 5, jnp.float32),
-                  np.float32(0.6), np.float32(1e-6))
+    b = _p_update(
+        b,
+        slot_index(state_b_slots),
+        jnp.asarray(rng.normal(size=PRIORITY_B) * 5, jnp.float32),
+        np.float32(0.6),
+        np.float32(1e-6),
+    )
     items = [take(random_rows(rng, 1), 0) for _ in range(2)]
     keys = jax.random.split(jax.random.key(6), 2)
     td = rng.normal(size=(2, PRIORITY_B)).astype(np.float32)
@@ -781,8 +811,13 @@ def test_vmap_prioritized_matches_unvmapped():
     for i, state in enumerate((a, b)):
         state = _p_add(state, items[i])
         batch, index, weights = _p_sample(state, keys[i], batch_size=64, beta=beta)
-        state = _p_update(state, replay.Index(index.row[:PRIORITY_B], index.lane[:PRIORITY_B]),
-                          jnp.asarray(td[i]), alpha, np.float32(1e-6))
+        state = _p_update(
+            state,
+            replay.Index(index.row[:PRIORITY_B], index.lane[:PRIORITY_B]),
+            jnp.asarray(td[i]),
+            alpha,
+            np.float32(1e-6),
+        )
         assert_tree_equal(take(v_batch, i), batch, f"buffer {i}")
         assert_tree_equal(take(v_index, i), index, f"buffer {i}")
         np.testing.assert_allclose(np.asarray(v_weights[i]), np.asarray(weights), rtol=1e-6)

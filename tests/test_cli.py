@@ -10,8 +10,9 @@ import pytest
 
 def run(*args, timeout=600):
     env = {**os.environ, "JAXRL_CACHE_DIR": os.environ.get("JAXRL_CACHE_DIR", "")}
-    return subprocess.run([sys.executable, "-m", "jaxrl", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "jaxrl", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 @pytest.mark.parametrize("name", ["ppo", "reinforce"])
@@ -32,22 +33,25 @@ def test_help_lists_every_config_field_with_its_default(name, capsys):
     assert {"ppo": "learning_rate            0.00025", "reinforce": "num_steps                None"}[name] in stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (("train", "dqnn"), "unknown algorithm 'dqnn'"),
-    (("train", "ppo", "--env", "CartPol-v1"), "unknown env_id 'CartPol-v1'. Did you mean 'CartPole-v1'"),
-    (("train", "ppo", "--set", "lr=3e-4"), "unknown config field 'lr'"),
-    (("train", "ppo", "--set", "num_envs=abc"), "cannot parse num_envs='abc'"),
-    (("train", "ppo", "--set", "num_minibatches=3"), "num_minibatches (3) must divide"),
-    (("train", "ppo", "--env-param", "max_steps=5"), "unknown env parameter(s) ['max_steps']"),
-    (("train", "ppo", "--seeds", "0"), "--seeds must be >= 1"),
-    (("train", "dqn", "--env", "Pendulum-v1"), "DQN needs a discrete action space"),
-    (("train", "dqn", "--set", "buffer_size=10"), "buffer_size (10) must be at least batch_size"),
-    (("train", "td3", "--env", "CartPole-v1"), "TD3 needs a continuous (Box) action space"),
-    (("train", "sac", "--env", "CartPole-v1"), "set discrete=True"),
-    (("train", "sac", "--set", "target_entropy=abc"), "cannot parse target_entropy='abc' as a number or 'none'"),
-    (("train", "reinforce", "--set", "num_steps=100"), "num_steps (100) must be at least the env's time limit"),
-    (("train", "impala", "--set", "baseline=false"), "baseline=False needs advantage='monte_carlo'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("train", "dqnn"), "unknown algorithm 'dqnn'"),
+        (("train", "ppo", "--env", "CartPol-v1"), "unknown env_id 'CartPol-v1'. Did you mean 'CartPole-v1'"),
+        (("train", "ppo", "--set", "lr=3e-4"), "unknown config field 'lr'"),
+        (("train", "ppo", "--set", "num_envs=abc"), "cannot parse num_envs='abc'"),
+        (("train", "ppo", "--set", "num_minibatches=3"), "num_minibatches (3) must divide"),
+        (("train", "ppo", "--env-param", "max_steps=5"), "unknown env parameter(s) ['max_steps']"),
+        (("train", "ppo", "--seeds", "0"), "--seeds must be >= 1"),
+        (("train", "dqn", "--env", "Pendulum-v1"), "DQN needs a discrete action space"),
+        (("train", "dqn", "--set", "buffer_size=10"), "buffer_size (10) must be at least batch_size"),
+        (("train", "td3", "--env", "CartPole-v1"), "TD3 needs a continuous (Box) action space"),
+        (("train", "sac", "--env", "CartPole-v1"), "set discrete=True"),
+        (("train", "sac", "--set", "target_entropy=abc"), "cannot parse target_entropy='abc' as a number or 'none'"),
+        (("train", "reinforce", "--set", "num_steps=100"), "num_steps (100) must be at least the env's time limit"),
+        (("train", "impala", "--set", "baseline=false"), "baseline=False needs advantage='monte_carlo'"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_status_2(args, message, capsys):
     """In-process (a subprocess per case would pay JAX's start-up each time); the
     subprocess path is checked once below."""
@@ -69,9 +73,25 @@ def test_python_m_jaxrl_exits_with_status_2_on_bad_input():
 
 def test_tiny_training_run_prints_a_table(tmp_path):
     summary = tmp_path / "summary.json"
-    result = run("train", "ppo", "--env", "CartPole-v1", "--seeds", "2", "--total-timesteps", "2048",
-                 "--set", "num_evals=1", "--set", "hidden_sizes=8,8", "--env-param", "max_steps_in_episode=200",
-                 "--no-cache", "--json", str(summary))
+    result = run(
+        "train",
+        "ppo",
+        "--env",
+        "CartPole-v1",
+        "--seeds",
+        "2",
+        "--total-timesteps",
+        "2048",
+        "--set",
+        "num_evals=1",
+        "--set",
+        "hidden_sizes=8,8",
+        "--env-param",
+        "max_steps_in_episode=200",
+        "--no-cache",
+        "--json",
+        str(summary),
+    )
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "compiled in" in out and "env steps/s" in out and "mean" in out
@@ -88,4 +108,3 @@ def test_variant_flag_starts_from_the_named_settings():
     config = make_config(dqn, args)
     assert config.distributional and config.noisy and config.prioritized and config.double
     assert config.n_step == 5  # explicit --set wins over the variant
-

@@ -30,18 +30,25 @@ def tiny_config(name: str):
     if name == "dqn":
         return module.Config(**OFF_POLICY)
     if name == "bc":
-        return module.Config(num_updates=4, batch_size=4, hidden_sizes=(8,), num_evals=1, eval_episodes=1,
-                             num_reports=0)
+        return module.Config(
+            num_updates=4, batch_size=4, hidden_sizes=(8,), num_evals=1, eval_episodes=1, num_reports=0
+        )
     return module.Config(env_id="Pendulum-v1", **OFF_POLICY)
 
 
 def tiny_dataset() -> data.Dataset:
     rng = np.random.default_rng(0)
     return data.Dataset(
-        obs=rng.normal(size=(16, 4)).astype(np.float32), action=rng.integers(0, 2, 16).astype(np.int32),
-        reward=np.ones(16, np.float32), terminated=np.zeros(16, bool), truncated=np.zeros(16, bool),
-        next_obs=rng.normal(size=(16, 4)).astype(np.float32), episode_return=np.zeros(16, np.float32),
-        episode_length=np.zeros(16, np.int32), env_id="CartPole-v1")
+        obs=rng.normal(size=(16, 4)).astype(np.float32),
+        action=rng.integers(0, 2, 16).astype(np.int32),
+        reward=np.ones(16, np.float32),
+        terminated=np.zeros(16, bool),
+        truncated=np.zeros(16, bool),
+        next_obs=rng.normal(size=(16, 4)).astype(np.float32),
+        episode_return=np.zeros(16, np.float32),
+        episode_length=np.zeros(16, np.int32),
+        env_id="CartPole-v1",
+    )
 
 
 def inputs(name: str) -> tuple:
@@ -72,8 +79,10 @@ def test_forward_mode_differentiates_every_learner(name):
     def metrics(params):
         return module.step(state.replace(params=params), jax.random.key(1), config)[1]
 
-    tangent = jax.tree.map(lambda x: jnp.ones_like(x) if jnp.issubdtype(x.dtype, jnp.floating)
-                           else np.zeros(x.shape, jax.dtypes.float0), state.params)
+    tangent = jax.tree.map(
+        lambda x: jnp.ones_like(x) if jnp.issubdtype(x.dtype, jnp.floating) else np.zeros(x.shape, jax.dtypes.float0),
+        state.params,
+    )
     _, tangents = jax.eval_shape(lambda p, t: jax.jvp(metrics, (p,), (t,)), state.params, tangent)
     assert tangents  # traced: forward mode is defined for every operation of the step
 
@@ -105,8 +114,9 @@ def test_vmapped_training_after_jax_started_finishes_every_time():
     """The new user's notebook: gymnax and a JAX computation first, then PPO over 4
     vmapped seeds ten times, each call watched by a timeout, under JAX's default XLA
     settings. Before the fix the second or third call deadlocked."""
-    result = subprocess.run([sys.executable, "-c", HANG_CHECK.format(timeout=240)], capture_output=True,
-                            text=True, timeout=1200)
+    result = subprocess.run(
+        [sys.executable, "-c", HANG_CHECK.format(timeout=240)], capture_output=True, text=True, timeout=1200
+    )
     assert result.returncode == 0 and "finished 10 calls" in result.stdout, result.stdout + result.stderr[-2000:]
 
 
@@ -114,8 +124,13 @@ def test_jaxrl_imports_nothing_private_from_jax_and_leaves_sys_modules_alone():
     for path in sorted(JAXRL.rglob("*.py")):
         source = path.read_text()
         for node in ast.walk(ast.parse(source)):
-            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             for name in names:
                 assert not name.startswith("jax._src"), f"{path.relative_to(JAXRL.parent)} imports {name}"
         assert "jax._src" not in source and "sys.modules" not in source, path
@@ -142,6 +157,5 @@ def test_importing_every_jaxrl_module_changes_nothing_process_wide():
     """No XLA flag, JAX setting or module object of jaxrl's making in ``sys.modules``
     comes from importing every jaxrl module."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    result = subprocess.run([sys.executable, "-c", IMPORT_CHECK], capture_output=True, text=True, timeout=300,
-                            env=env)
+    result = subprocess.run([sys.executable, "-c", IMPORT_CHECK], capture_output=True, text=True, timeout=300, env=env)
     assert result.stdout.strip().endswith("ok"), result.stderr[-3000:]

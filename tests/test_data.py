@@ -67,22 +67,27 @@ def test_transitions_chain_within_each_env_block(dataset):
 
 def test_continuous_actions_are_recorded_as_executed():
     """A policy acting outside Pendulum's [-2, 2] is clipped before the env and the data."""
+
     def wide(params, obs, key):
         return jax.random.uniform(key, (obs.shape[0], 1), minval=-3.0, maxval=3.0)
 
-    pendulum = data.collect_dataset(wide, None, "Pendulum-v1", jax.random.key(1), 40, num_envs=2,
-                                    env_kwargs={"max_steps_in_episode": 10})
+    pendulum = data.collect_dataset(
+        wide, None, "Pendulum-v1", jax.random.key(1), 40, num_envs=2, env_kwargs={"max_steps_in_episode": 10}
+    )
     action = np.asarray(pendulum.action)
     assert action.shape == (40, 1) and action.min() == -2.0 and action.max() == 2.0
     assert np.asarray(pendulum.truncated).sum() == 4  # the 10-step time limit reached the env
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    (dict(num_steps=10, num_envs=3), "num_steps"),
-    (dict(num_steps=0), "num_steps"),
-    (dict(num_steps=10, num_envs=0), "num_envs"),
-    (dict(num_steps=10.0), "num_steps"),
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(num_steps=10, num_envs=3), "num_steps"),
+        (dict(num_steps=0), "num_steps"),
+        (dict(num_steps=10, num_envs=0), "num_envs"),
+        (dict(num_steps=10.0), "num_steps"),
+    ],
+)
 def test_bad_collect_arguments(kwargs, field):
     with pytest.raises(ValueError, match=field):
         data.collect_dataset(random_cartpole, None, "CartPole-v1", jax.random.key(0), **kwargs)
@@ -90,8 +95,14 @@ def test_bad_collect_arguments(kwargs, field):
 
 def test_act_fn_with_wrong_action_shape_is_an_error():
     with pytest.raises(ValueError, match=r"act_fn returned actions of shape \(2, 1\), expected \(2,\)"):
-        data.collect_dataset(lambda p, obs, k: jnp.zeros((obs.shape[0], 1), jnp.int32), None,
-                             "CartPole-v1", jax.random.key(0), 4, num_envs=2)
+        data.collect_dataset(
+            lambda p, obs, k: jnp.zeros((obs.shape[0], 1), jnp.int32),
+            None,
+            "CartPole-v1",
+            jax.random.key(0),
+            4,
+            num_envs=2,
+        )
 
 
 def test_save_load_round_trip(dataset, tmp_path):
@@ -109,32 +120,47 @@ def test_save_load_round_trip(dataset, tmp_path):
 
 def write_npz(path, dataset, **changes):
     """A dataset file as save_dataset writes it, with fields replaced (None: removed)."""
-    contents = {**as_numpy(dataset), "_format_version": np.int64(data.FORMAT_VERSION),
-                "_env_id": np.str_(dataset.env_id), "_num_envs": np.int64(dataset.num_envs), **changes}
+    contents = {
+        **as_numpy(dataset),
+        "_format_version": np.int64(data.FORMAT_VERSION),
+        "_env_id": np.str_(dataset.env_id),
+        "_num_envs": np.int64(dataset.num_envs),
+        **changes,
+    }
     np.savez(path, **{k: v for k, v in contents.items() if v is not None})
     return path
 
 
-@pytest.mark.parametrize("changes, env_id, message", [
-    (dict(action=None), None, "field 'action' is missing"),
-    (dict(next_obs=None), "CartPole-v1", "field 'next_obs' is missing"),
-    (dict(reward=np.zeros((NUM_STEPS, 1), np.float32)), None, r"field 'reward' must have shape \(600,\)"),
-    (dict(terminated=np.zeros(NUM_STEPS - 1, bool)), None, r"field 'terminated' must have shape \(600,\)"),
-    (dict(terminated=np.zeros(NUM_STEPS, np.float32)), None, "field 'terminated' must have a bool dtype"),
-    (dict(obs=np.zeros(NUM_STEPS, np.float32)), None, "field 'obs' must be"),
-    (dict(next_obs=np.zeros((NUM_STEPS, 3), np.float32)), None, "field 'next_obs' must have the shape of obs"),
-    (dict(action=np.zeros((NUM_STEPS - 1,), np.int32)), None, "field 'action' must be"),
-    (dict(_num_envs=np.int64(7)), None, "num_envs"),
-    (dict(extra=np.zeros(3)), None, "field 'extra'"),
-    (dict(_format_version=None), None, "_format_version"),
-    (dict(_format_version=np.int64(99)), None, "_format_version 99"),
-    # The env check: recorded elsewhere, or (no env recorded) shapes that do not fit.
-    ({}, "Acrobot-v1", "env_id is 'CartPole-v1', expected 'Acrobot-v1'"),
-    (dict(_env_id=np.str_("")), "Pendulum-v1", r"field 'obs' has observations of shape \(4,\), expected \(3,\)"),
-    (dict(_env_id=np.str_(""), obs=np.zeros((NUM_STEPS, 3), np.float32), next_obs=np.zeros((NUM_STEPS, 3), np.float32)),
-     "Pendulum-v1", r"field 'action' has actions of shape \(\), expected \(1,\)"),
-    (dict(action=np.zeros(NUM_STEPS, np.float32)), "CartPole-v1", "field 'action' must be integers"),
-])
+@pytest.mark.parametrize(
+    "changes, env_id, message",
+    [
+        (dict(action=None), None, "field 'action' is missing"),
+        (dict(next_obs=None), "CartPole-v1", "field 'next_obs' is missing"),
+        (dict(reward=np.zeros((NUM_STEPS, 1), np.float32)), None, r"field 'reward' must have shape \(600,\)"),
+        (dict(terminated=np.zeros(NUM_STEPS - 1, bool)), None, r"field 'terminated' must have shape \(600,\)"),
+        (dict(terminated=np.zeros(NUM_STEPS, np.float32)), None, "field 'terminated' must have a bool dtype"),
+        (dict(obs=np.zeros(NUM_STEPS, np.float32)), None, "field 'obs' must be"),
+        (dict(next_obs=np.zeros((NUM_STEPS, 3), np.float32)), None, "field 'next_obs' must have the shape of obs"),
+        (dict(action=np.zeros((NUM_STEPS - 1,), np.int32)), None, "field 'action' must be"),
+        (dict(_num_envs=np.int64(7)), None, "num_envs"),
+        (dict(extra=np.zeros(3)), None, "field 'extra'"),
+        (dict(_format_version=None), None, "_format_version"),
+        (dict(_format_version=np.int64(99)), None, "_format_version 99"),
+        # The env check: recorded elsewhere, or (no env recorded) shapes that do not fit.
+        ({}, "Acrobot-v1", "env_id is 'CartPole-v1', expected 'Acrobot-v1'"),
+        (dict(_env_id=np.str_("")), "Pendulum-v1", r"field 'obs' has observations of shape \(4,\), expected \(3,\)"),
+        (
+            dict(
+                _env_id=np.str_(""),
+                obs=np.zeros((NUM_STEPS, 3), np.float32),
+                next_obs=np.zeros((NUM_STEPS, 3), np.float32),
+            ),
+            "Pendulum-v1",
+            r"field 'action' has actions of shape \(\), expected \(1,\)",
+        ),
+        (dict(action=np.zeros(NUM_STEPS, np.float32)), "CartPole-v1", "field 'action' must be integers"),
+    ],
+)
 def test_schema_errors_name_the_field(dataset, tmp_path, changes, env_id, message):
     path = write_npz(tmp_path / "bad.npz", dataset, **changes)
     with pytest.raises(ValueError, match=message):

@@ -37,8 +37,13 @@ def worker_env(extra_xla_flags: str = "") -> dict:
 
 
 def run_worker(mode: str, out, extra_xla_flags: str = "") -> tuple[dict, dict]:
-    result = subprocess.run([sys.executable, WORKER, mode, str(out)], capture_output=True, text=True, timeout=600,
-                            env=worker_env(extra_xla_flags))
+    result = subprocess.run(
+        [sys.executable, WORKER, mode, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=worker_env(extra_xla_flags),
+    )
     assert result.returncode == 0, result.stderr[-5000:]
     return load(out)
 
@@ -49,7 +54,7 @@ def load(out) -> tuple[dict, dict]:
 
 
 def group(arrays: dict, prefix: str) -> dict:
-    return {name[len(prefix):]: value for name, value in arrays.items() if name.startswith(prefix)}
+    return {name[len(prefix) :]: value for name, value in arrays.items() if name.startswith(prefix)}
 
 
 def assert_close(actual: dict, expected: dict, lane=None) -> None:
@@ -118,9 +123,16 @@ def free_port() -> int:
 def run_pair(outs) -> None:
     """Both processes of one run, to the end."""
     port = free_port()
-    processes = [subprocess.Popen([sys.executable, WORKER, "process", str(port), str(i), str(outs[i])],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=worker_env())
-                 for i in range(2)]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, WORKER, "process", str(port), str(i), str(outs[i])],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=worker_env(),
+        )
+        for i in range(2)
+    ]
     try:
         logs = [process.communicate(timeout=600)[0] for process in processes]
     finally:  # one that failed or hung leaves the other waiting for it

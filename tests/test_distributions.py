@@ -152,8 +152,7 @@ def test_normal_log_prob_entropy_mode(normal_params):
     lp = d.log_prob(jnp.asarray(x))
     assert lp.shape == (B,)
     np.testing.assert_allclose(lp, np_normal_log_prob(x, loc, scale), rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(d.log_prob(jnp.asarray(loc)), np_normal_log_prob(loc, loc, scale),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(d.log_prob(jnp.asarray(loc)), np_normal_log_prob(loc, loc, scale), rtol=1e-5, atol=1e-5)
     assert d.entropy().shape == (B,)
     np.testing.assert_allclose(d.entropy(), np_normal_entropy(scale), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(d.mode(), loc)
@@ -167,9 +166,9 @@ def test_normal_entropy_broadcast_scale():
     assert d.entropy().shape == (4,)  # batch dims follow loc
     np.testing.assert_allclose(d.entropy(), np.full(4, np_normal_entropy([0.5, 3.0])), rtol=1e-6)
     x = RNG.normal(size=(4, 2)).astype(np.float32)
-    np.testing.assert_allclose(d.log_prob(jnp.asarray(x)),
-                               np_normal_log_prob(x, np.zeros((4, 2)), np.array([0.5, 3.0])),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        d.log_prob(jnp.asarray(x)), np_normal_log_prob(x, np.zeros((4, 2)), np.array([0.5, 3.0])), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_normal_sampling_moments(normal_params):

@@ -18,9 +18,19 @@ from jaxrl.buffers import Index, prioritized, sumtree
 from jaxrl.networks import NoisyDense, QNetwork
 
 SMALL = dqn.Config(
-    env_id="CartPole-v1", num_envs=4, num_steps=4, num_updates=2, batch_size=16, buffer_size=256,
-    learning_starts=32, total_timesteps=16 * 8, hidden_sizes=(16,), target_update_period=3,
-    num_evals=2, eval_episodes=2, num_reports=0,
+    env_id="CartPole-v1",
+    num_envs=4,
+    num_steps=4,
+    num_updates=2,
+    batch_size=16,
+    buffer_size=256,
+    learning_starts=32,
+    total_timesteps=16 * 8,
+    hidden_sizes=(16,),
+    target_update_period=3,
+    num_evals=2,
+    eval_episodes=2,
+    num_reports=0,
 )
 
 
@@ -72,11 +82,15 @@ def test_categorical_projection_matches_numpy_loop():
     support = np.linspace(-5.0, 5.0, num_atoms)
     probs = rng.dirichlet(np.ones(num_atoms), size=batch)
     reward = rng.uniform(-4.0, 4.0, batch)
-    reward[:4] = [20.0, -20.0, 0.0, 1.0]               # far outside the support: clipped
+    reward[:4] = [20.0, -20.0, 0.0, 1.0]  # far outside the support: clipped
     discount = rng.uniform(0.0, 1.0, batch) * (rng.uniform(size=batch) > 0.2)  # zeros: terminal
-    discount[3] = 1.0                                  # shift by exactly one atom
-    got = returns.categorical_projection(jnp.asarray(probs, jnp.float32), jnp.asarray(reward, jnp.float32),
-                                         jnp.asarray(discount, jnp.float32), jnp.asarray(support, jnp.float32))
+    discount[3] = 1.0  # shift by exactly one atom
+    got = returns.categorical_projection(
+        jnp.asarray(probs, jnp.float32),
+        jnp.asarray(reward, jnp.float32),
+        jnp.asarray(discount, jnp.float32),
+        jnp.asarray(support, jnp.float32),
+    )
     expected = projection_reference(probs, reward, discount, support)
     np.testing.assert_allclose(np.asarray(got), expected, atol=1e-5)
     np.testing.assert_allclose(np.asarray(got).sum(-1), 1.0, atol=1e-5)
@@ -88,11 +102,15 @@ def _batch(config, key, obs=None):
     size = config.batch_size
     obs = jax.random.normal(keys[0], (size, 4)) if obs is None else obs
     return {
-        "obs": obs, "action": jax.random.randint(keys[1], (size,), 0, 2),
-        "reward": jax.random.uniform(keys[2], (size,)), "discount": jnp.full((size,), config.gamma),
-        "terminated": jnp.arange(size) % 5 == 0, "truncated": jnp.arange(size) % 7 == 0,
+        "obs": obs,
+        "action": jax.random.randint(keys[1], (size,), 0, 2),
+        "reward": jax.random.uniform(keys[2], (size,)),
+        "discount": jnp.full((size,), config.gamma),
+        "terminated": jnp.arange(size) % 5 == 0,
+        "truncated": jnp.arange(size) % 7 == 0,
         "next_obs": jax.random.normal(keys[3], (size, 4)),
-        "weight": jnp.ones(size), "index": None,
+        "weight": jnp.ones(size),
+        "index": None,
     }
 
 
@@ -141,7 +159,10 @@ def test_prioritized_weights_scale_the_loss_and_updates_set_priorities():
 
     leaves = np.asarray(sumtree.leaves(state.buffer.tree))
     flat = np.asarray(batch["index"].row) * config.num_envs + np.asarray(batch["index"].lane)
-    beta = config.per_beta_start + (config.per_beta_end - config.per_beta_start) * int(state.timesteps) / config.total_timesteps
+    beta = (
+        config.per_beta_start
+        + (config.per_beta_end - config.per_beta_start) * int(state.timesteps) / config.total_timesteps
+    )
     expected_weight = (len(slots) * leaves[flat] / leaves.sum()) ** -beta
     np.testing.assert_allclose(np.asarray(batch["weight"]), expected_weight / expected_weight.max(), rtol=1e-4)
     assert np.asarray(batch["weight"]).min() < 0.99  # unequal priorities give unequal weights
@@ -150,7 +171,9 @@ def test_prioritized_weights_scale_the_loss_and_updates_set_priorities():
     np.testing.assert_allclose(float(loss), np.mean(np.asarray(batch["weight"]) * 0.5 * np.asarray(td) ** 2), rtol=1e-5)
     new_state, _ = jit(dqn.update)(state, batch, jax.random.key(5), config)
     new_leaves = np.asarray(sumtree.leaves(new_state.buffer.tree))
-    np.testing.assert_allclose(new_leaves[flat], (np.abs(np.asarray(td)) + config.per_eps) ** config.per_alpha, rtol=1e-5)
+    np.testing.assert_allclose(
+        new_leaves[flat], (np.abs(np.asarray(td)) + config.per_eps) ** config.per_alpha, rtol=1e-5
+    )
 
 
 def test_dueling_head_is_value_plus_centred_advantage():
@@ -160,7 +183,9 @@ def test_dueling_head_is_value_plus_centred_advantage():
     q = np.asarray(network.apply(params, obs))
     # Recompute by hand from the parameters.
     p = params["params"]
-    x = np.maximum(np.asarray(obs) @ np.asarray(p["MLP_0"]["Dense_0"]["kernel"]) + np.asarray(p["MLP_0"]["Dense_0"]["bias"]), 0)
+    x = np.maximum(
+        np.asarray(obs) @ np.asarray(p["MLP_0"]["Dense_0"]["kernel"]) + np.asarray(p["MLP_0"]["Dense_0"]["bias"]), 0
+    )
     value = x @ np.asarray(p["value"]["kernel"]) + np.asarray(p["value"]["bias"])
     advantage = x @ np.asarray(p["advantage"]["kernel"]) + np.asarray(p["advantage"]["bias"])
     np.testing.assert_allclose(q, value + advantage - advantage.mean(-1, keepdims=True), rtol=1e-5, atol=1e-5)
@@ -178,17 +203,17 @@ def test_noisy_dense_is_factorised_gaussian():
     probe = jnp.concatenate([jnp.zeros((1, 4)), jnp.eye(4)])
     y = np.asarray(layer.apply(params, probe, rngs={"noise": jax.random.key(3)}))
     eps_out = (y[0] - p["b_mu"]) / p["b_sigma"]
-    noise = (y[1:] - y[0] - p["w_mu"]) / p["w_sigma"]          # [4, 3] = outer(f(eps_in), f(eps_out))
+    noise = (y[1:] - y[0] - p["w_mu"]) / p["w_sigma"]  # [4, 3] = outer(f(eps_in), f(eps_out))
     eps_in = noise[:, 0] / eps_out[0]
     np.testing.assert_allclose(noise, np.outer(eps_in, eps_out), rtol=1e-4, atol=1e-5)  # factorised: rank one
     assert np.all(np.abs(noise) > 0)
     other = np.asarray(layer.apply(params, probe, rngs={"noise": jax.random.key(4)}))
-    assert not np.allclose(other, y)                            # fresh noise per key
+    assert not np.allclose(other, y)  # fresh noise per key
     # One row at a time takes the layer's other form (noise around a second product
     # instead of noisy weights): the same outputs for the same noise.
     draws = jax.random.normal(jax.random.key(3), (4 + 3,))
     batched = np.asarray(layer.apply(params, probe, noise=draws))
-    rows = [np.asarray(layer.apply(params, probe[i:i + 1], noise=draws))[0] for i in range(len(probe))]
+    rows = [np.asarray(layer.apply(params, probe[i : i + 1], noise=draws))[0] for i in range(len(probe))]
     np.testing.assert_allclose(np.stack(rows), batched, rtol=1e-5, atol=1e-6)
     mean = np.asarray(layer.apply(params, x, deterministic=True))
     np.testing.assert_allclose(mean, np.asarray(x) @ p["w_mu"] + p["b_mu"], rtol=1e-5, atol=1e-5)
@@ -198,14 +223,16 @@ def test_noisy_q_network_splits_one_draw_over_its_head_layers():
     network = QNetwork(num_actions=3, hidden_sizes=(8,), dueling=True, noisy=True, num_atoms=5)
     obs = jax.random.normal(jax.random.key(0), (4, 4))
     params = network.init({"params": jax.random.key(1), "noise": jax.random.key(2)}, obs)
-    assert network.noise_size() == (8 + 3 * 5) + (8 + 5)       # advantage layer, then value layer
+    assert network.noise_size() == (8 + 3 * 5) + (8 + 5)  # advantage layer, then value layer
     # Zero draws are the noise-free network; a draw touching one layer's slice changes
     # only that layer's contribution.
     mean = np.asarray(network.apply(params, obs, deterministic=True))
     np.testing.assert_allclose(np.asarray(network.apply(params, obs, noise=jnp.zeros(36))), mean, atol=1e-6)
     value_only = jnp.zeros(36).at[23:].set(1.0)
     shifted = np.asarray(network.apply(params, obs, noise=value_only)) - mean
-    np.testing.assert_allclose(shifted, np.broadcast_to(shifted[:, :1], shifted.shape), atol=1e-6)  # same for every action
+    np.testing.assert_allclose(
+        shifted, np.broadcast_to(shifted[:, :1], shifted.shape), atol=1e-6
+    )  # same for every action
     assert np.abs(shifted).max() > 1e-3
     drawn = [np.asarray(network.apply(params, obs, rngs={"noise": jax.random.key(k)})) for k in (3, 4)]
     assert drawn[0].shape == (4, 3, 5) and not np.allclose(drawn[0], drawn[1])
@@ -281,31 +308,37 @@ def test_act_and_evaluate_from_params_alone(small_run):
     assert result.returns.shape == (SMALL.eval_episodes,)
 
 
-@pytest.mark.parametrize("overrides, field", [
-    (dict(buffer_size=8), "buffer_size"),
-    (dict(n_step=0), "n_step"),
-    (dict(batch_size=0), "batch_size"),
-    (dict(num_envs=0), "num_envs"),
-    (dict(env_id="Pendulum-v1"), "env_id"),
-    (dict(env_id="CartPoel-v1"), "CartPole-v1"),
-    (dict(loss="l1"), "loss"),
-    (dict(hidden_sizes=()), "hidden_sizes"),
-    (dict(network="cnn"), "network='cnn' needs image observations"),
-    (dict(total_timesteps=10), "total_timesteps"),
-])
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (dict(buffer_size=8), "buffer_size"),
+        (dict(n_step=0), "n_step"),
+        (dict(batch_size=0), "batch_size"),
+        (dict(num_envs=0), "num_envs"),
+        (dict(env_id="Pendulum-v1"), "env_id"),
+        (dict(env_id="CartPoel-v1"), "CartPole-v1"),
+        (dict(loss="l1"), "loss"),
+        (dict(hidden_sizes=()), "hidden_sizes"),
+        (dict(network="cnn"), "network='cnn' needs image observations"),
+        (dict(total_timesteps=10), "total_timesteps"),
+    ],
+)
 def test_bad_static_config_is_a_clear_error(overrides, field):
     with pytest.raises(ValueError, match=field):
         dqn.Config(**{**SMALL.__dict__, **overrides})
 
 
-@pytest.mark.parametrize("overrides, field", [
-    (dict(per_alpha=1.5), "per_alpha"),
-    (dict(per_alpha=-0.1), "per_alpha"),
-    (dict(gamma=1.5), "gamma"),
-    (dict(tau=0.0), "tau"),
-    (dict(learning_rate=0.0), "learning_rate"),
-    (dict(v_min=10.0, v_max=0.0), "v_min"),
-])
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (dict(per_alpha=1.5), "per_alpha"),
+        (dict(per_alpha=-0.1), "per_alpha"),
+        (dict(gamma=1.5), "gamma"),
+        (dict(tau=0.0), "tau"),
+        (dict(learning_rate=0.0), "learning_rate"),
+        (dict(v_min=10.0, v_max=0.0), "v_min"),
+    ],
+)
 def test_bad_hyperparameter_is_a_clear_error(overrides, field):
     with pytest.raises(ValueError, match=field):
         dqn.init(jax.random.key(0), SMALL.replace(**overrides))
@@ -320,8 +353,9 @@ def _final_eval(metrics):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("make_config, budget", [(dqn.Config, 100_000), (dqn.rainbow, 70_000)],
-                         ids=["default", "rainbow"])
+@pytest.mark.parametrize(
+    "make_config, budget", [(dqn.Config, 100_000), (dqn.rainbow, 70_000)], ids=["default", "rainbow"]
+)
 def test_learns_cartpole(make_config, budget):
     """CartPole-v1 with the default config (its default budget, 100k env steps) and with
     the Rainbow preset (70k instead of its default 100k, to keep the suite short; with

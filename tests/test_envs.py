@@ -25,10 +25,10 @@ import numpy as np
 import pytest
 from flax import struct
 from gymnax.environments import environment, spaces
+from reference import episode_stats
 
 from jaxrl import envs
 from jaxrl.envs import wrappers
-from reference import episode_stats
 
 PRIOR_COUNT = 1e-4  # running_stats_init's documented initial count
 
@@ -212,8 +212,7 @@ def test_running_stats_init():
 
 def test_running_stats_update_matches_numpy():
     rng = np.random.default_rng(0)
-    batches = [rng.normal(loc=[3.0, -1.0, 0.0], scale=[2.0, 0.5, 1e-2], size=(b, 3))
-               for b in (1, 5, 17, 64, 3)]
+    batches = [rng.normal(loc=[3.0, -1.0, 0.0], scale=[2.0, 0.5, 1e-2], size=(b, 3)) for b in (1, 5, 17, 64, 3)]
     stats = envs.running_stats_init((3,))
     update = jax.jit(envs.running_stats_update)
     seen = []
@@ -243,8 +242,7 @@ def test_running_stats_scalar_shape():
 
 
 def test_normalize_values_and_clip():
-    stats = wrappers.RunningStats(mean=jnp.array([1.0, -2.0]), var=jnp.array([4.0, 0.25]),
-                                  count=jnp.array(10.0))
+    stats = wrappers.RunningStats(mean=jnp.array([1.0, -2.0]), var=jnp.array([4.0, 0.25]), count=jnp.array(10.0))
     x = jnp.array([[3.0, -2.5], [1.0, 100.0], [-1000.0, -2.0]])
     out = envs.normalize(stats, x)
     expected = np_normalize(np.asarray(x), np.array([1.0, -2.0]), np.array([4.0, 0.25]))
@@ -294,8 +292,7 @@ class RecordActionEnv(environment.Environment):
     def action_space(self, params=None):
         if self.discrete:
             return spaces.Discrete(5)
-        return spaces.Box(low=jnp.array([-1.0, 0.0]), high=jnp.array([3.0, 0.5]), shape=(2,),
-                          dtype=jnp.float32)
+        return spaces.Box(low=jnp.array([-1.0, 0.0]), high=jnp.array([3.0, 0.5]), shape=(2,), dtype=jnp.float32)
 
     def observation_space(self, params=None):
         return spaces.Box(-jnp.inf, jnp.inf, (2,), jnp.float32)
@@ -340,9 +337,19 @@ def _scan_random(env, raw_env, params, num_envs, num_steps, key, action_fn):
         keys = jax.random.split(sk, num_envs)
         obs, state, r, term, trunc, info = step(keys, state, action, params)
         robs, raw_state, rr, rterm, rtrunc, rinfo = raw_step(keys, raw_state, action, params)
-        out = dict(obs=obs, reward=r, terminated=term, truncated=trunc, info=info,
-                   raw_obs=robs, raw_reward=rr, raw_terminated=rterm, raw_truncated=rtrunc,
-                   raw_final=rinfo["final_observation"], state=state)
+        out = dict(
+            obs=obs,
+            reward=r,
+            terminated=term,
+            truncated=trunc,
+            info=info,
+            raw_obs=robs,
+            raw_reward=rr,
+            raw_terminated=rterm,
+            raw_truncated=rtrunc,
+            raw_final=rinfo["final_observation"],
+            state=state,
+        )
         return (state, raw_state), out
 
     _, out = jax.lax.scan(body, (state, raw_state), jax.random.split(jax.random.fold_in(key, 1), num_steps))
@@ -476,10 +483,10 @@ def test_normalize_observation_matches_numpy():
             stats = jax.tree.map(lambda x: x[t, n], out["state"].stats)
             np.testing.assert_allclose(stats.mean, m, rtol=1e-4, atol=1e-5)
             np.testing.assert_allclose(stats.var, v, rtol=1e-3, atol=1e-6)
-            np.testing.assert_allclose(out["obs"][t, n], np_normalize(out["raw_obs"][t, n], m, v),
-                                       rtol=1e-3, atol=1e-4)
-            np.testing.assert_allclose(out["info"]["final_observation"][t, n],
-                                       np_normalize(out["raw_final"][t, n], m, v), rtol=1e-3, atol=1e-4)
+            np.testing.assert_allclose(out["obs"][t, n], np_normalize(out["raw_obs"][t, n], m, v), rtol=1e-3, atol=1e-4)
+            np.testing.assert_allclose(
+                out["info"]["final_observation"][t, n], np_normalize(out["raw_final"][t, n], m, v), rtol=1e-3, atol=1e-4
+            )
     # Final stats vs plain NumPy mean/var of all that lane's observations.
     final = jax.tree.map(lambda x: x[-1], out["state"].stats)
     for n in range(N):
@@ -563,4 +570,3 @@ def test_scale_reward_clip():
             _, _, raw_r, *_ = raw.step(jax.random.key(1), raw_state, jnp.array([1.0]), params)
             assert float(raw_r) != 0.0
             np.testing.assert_allclose(float(r), 0.1 * np.sign(float(raw_r)), rtol=1e-6)
-

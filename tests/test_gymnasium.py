@@ -70,9 +70,13 @@ class TupleAction(Faulty):
     action_space = gymnasium.spaces.Tuple((gymnasium.spaces.Discrete(2), gymnasium.spaces.Discrete(3)))
 
 
-for _name, _cls, _limit in [("Faulty", Faulty, 100), ("EchoAction", EchoAction, 100),
-                            ("TextObservation", TextObservation, 100), ("TupleAction", TupleAction, 100),
-                            ("NoTimeLimit", EchoAction, None)]:
+for _name, _cls, _limit in [
+    ("Faulty", Faulty, 100),
+    ("EchoAction", EchoAction, 100),
+    ("TextObservation", TextObservation, 100),
+    ("TupleAction", TupleAction, 100),
+    ("NoTimeLimit", EchoAction, None),
+]:
     gymnasium.register(f"jaxrl_test/{_name}-v0", entry_point=_cls, max_episode_steps=_limit)
 
 
@@ -87,8 +91,10 @@ def programs(env, params):
 def cartpole():
     """``(bridged, native)``: jitted reset/step of Gymnasium's and gymnax's CartPole-v1
     with the same short time limit."""
-    return (programs(*envs.make("gymnasium:CartPole-v1", max_steps_in_episode=TIME_LIMIT)),
-            programs(*envs.make("CartPole-v1", max_steps_in_episode=TIME_LIMIT)))
+    return (
+        programs(*envs.make("gymnasium:CartPole-v1", max_steps_in_episode=TIME_LIMIT)),
+        programs(*envs.make("CartPole-v1", max_steps_in_episode=TIME_LIMIT)),
+    )
 
 
 # ----------------------------------------------------------------------------- dynamics
@@ -108,23 +114,27 @@ def test_matches_gymnax_cartpole_step_by_step(cartpole):
     for t in range(2 * TIME_LIMIT + 5):
         host_state = jax.device_get(native_state)
         for lane, env in enumerate(vector_env.envs):
-            env.unwrapped.state = np.array([host_state.x[lane], host_state.x_dot[lane], host_state.theta[lane],
-                                            host_state.theta_dot[lane]], np.float64)
+            env.unwrapped.state = np.array(
+                [host_state.x[lane], host_state.x_dot[lane], host_state.theta[lane], host_state.theta_dot[lane]],
+                np.float64,
+            )
             assert env.get_wrapper_attr("_elapsed_steps") == host_state.time[lane]  # same episode clocks
         balance = int(native_obs[1, 2] + 0.5 * native_obs[1, 3] > 0)
         action = jnp.array([1, balance], jnp.int32)
         step_keys = jax.random.split(jax.random.key(t), 2)
         native_obs, native_state, native_reward, native_term, native_trunc, native_info = native_step(
-            step_keys, native_state, action)
-        obs, bridged_state, reward, term, trunc, info = jax.device_get(
-            bridged_step(step_keys, bridged_state, action))
+            step_keys, native_state, action
+        )
+        obs, bridged_state, reward, term, trunc, info = jax.device_get(bridged_step(step_keys, bridged_state, action))
         native_obs, native_reward, native_term, native_trunc, native_info = jax.device_get(
-            (native_obs, native_reward, native_term, native_trunc, native_info))
+            (native_obs, native_reward, native_term, native_trunc, native_info)
+        )
         np.testing.assert_array_equal(term, native_term, err_msg=f"step {t}")
         np.testing.assert_array_equal(trunc, native_trunc, err_msg=f"step {t}")
         np.testing.assert_array_equal(reward, native_reward)
-        np.testing.assert_allclose(info["final_observation"], native_info["final_observation"], rtol=1e-5,
-                                   atol=1e-6, err_msg=f"step {t}")
+        np.testing.assert_allclose(
+            info["final_observation"], native_info["final_observation"], rtol=1e-5, atol=1e-6, err_msg=f"step {t}"
+        )
         done = term | trunc
         # Where an episode continues the observation is the next state; where it ended,
         # each side starts a new episode from its own draw in [-0.05, 0.05]^4.
@@ -243,8 +253,13 @@ def test_bad_ids_spaces_and_arguments_are_clear_errors():
     with pytest.raises(ValueError, match="vectorization_mode must be one of"):
         envs.make("gymnasium:CartPole-v1", vectorization_mode="threads")
     with pytest.raises(ValueError, match="no time limit"):
-        evaluation.evaluate(lambda params, obs, key: obs[:, 0].astype(jnp.int32), None,
-                            "gymnasium:jaxrl_test/NoTimeLimit-v0", jax.random.key(0), 2)
+        evaluation.evaluate(
+            lambda params, obs, key: obs[:, 0].astype(jnp.int32),
+            None,
+            "gymnasium:jaxrl_test/NoTimeLimit-v0",
+            jax.random.key(0),
+            2,
+        )
 
 
 def test_fault_names_env_step_and_error_and_the_process_recovers(cartpole):
@@ -257,8 +272,7 @@ def test_fault_names_env_step_and_error_and_the_process_recovers(cartpole):
         _, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(key, 2), params)
 
         def one_step(state, _):
-            obs, state, *_ = jax.vmap(env.step, in_axes=(None, 0, 0, None))(key, state, jnp.zeros(2, jnp.int32),
-                                                                             params)
+            obs, state, *_ = jax.vmap(env.step, in_axes=(None, 0, 0, None))(key, state, jnp.zeros(2, jnp.int32), params)
             return state, obs
 
         return jax.lax.scan(one_step, state, None, length=5)
@@ -308,9 +322,20 @@ def test_ppo_learns_gymnasium_cartpole():
     Measured final returns over 5 seeds, bridged (native gymnax): 60k steps 500, 500,
     500, 443, 500 (500, 500, 500, 500, 132); 80k steps all 500 (all 500). All seeds'
     host envs are one vector env of 3 x 8 sub-envs."""
-    config = ppo.Config(env_id="gymnasium:CartPole-v1", num_envs=8, num_steps=32, num_epochs=10, num_minibatches=2,
-                        learning_rate=1e-3, gamma=0.98, gae_lambda=0.8, ent_coef=0.0, total_timesteps=80_000,
-                        num_evals=1, num_reports=0)
+    config = ppo.Config(
+        env_id="gymnasium:CartPole-v1",
+        num_envs=8,
+        num_steps=32,
+        num_epochs=10,
+        num_minibatches=2,
+        learning_rate=1e-3,
+        gamma=0.98,
+        gae_lambda=0.8,
+        ent_coef=0.0,
+        total_timesteps=80_000,
+        num_evals=1,
+        num_reports=0,
+    )
     keys = jax.random.split(jax.random.key(42), 3)
     out = jax.jit(jax.vmap(ppo.train, in_axes=(0, None)))(keys, config)
     final = _final_eval(out.metrics)

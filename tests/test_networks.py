@@ -73,8 +73,10 @@ def test_orthogonal_initializer_gives_scaled_orthogonal_rows_or_columns(shape):
 def test_orthogonal_initializer_is_haar_distributed():
     """Over many keys, 3x3 draws have E[w_ij] = 0 and E[w_ij^2] = 1/3, and determinant
     +1 and -1 equally often (a sign convention left out of the QR would fix it)."""
-    draws = np.asarray(jax.vmap(lambda key: networks.orthogonal(1.0)(key, (3, 3)))(
-        jax.random.split(jax.random.key(1), 4000)), np.float64)
+    draws = np.asarray(
+        jax.vmap(lambda key: networks.orthogonal(1.0)(key, (3, 3)))(jax.random.split(jax.random.key(1), 4000)),
+        np.float64,
+    )
     np.testing.assert_allclose(draws.mean(axis=0), 0.0, atol=0.05)
     np.testing.assert_allclose((draws**2).mean(axis=0), 1 / 3, atol=0.03)
     assert abs(np.mean(np.linalg.det(draws) > 0) - 0.5) < 0.04
@@ -92,9 +94,10 @@ def _networks():
         "actor_critic_continuous": (ActorCritic(2, False, hidden_sizes=(8,)), (obs,)),
         "actor_critic_cnn": (ActorCritic(3, True, "cnn", (8,), obs_ndim=3), (image,)),
         "q_network": (networks.QNetwork(3, hidden_sizes=(8,), activation="silu"), (obs,)),
-        "rainbow_q_network": (networks.QNetwork(3, hidden_sizes=(8,), activation="silu", dueling=True, noisy=True,
-                                                num_atoms=5),
-                              (obs, False, jnp.linspace(-1.0, 1.0, (8 + 3 * 5) + (8 + 5)))),  # noise_size()
+        "rainbow_q_network": (
+            networks.QNetwork(3, hidden_sizes=(8,), activation="silu", dueling=True, noisy=True, num_atoms=5),
+            (obs, False, jnp.linspace(-1.0, 1.0, (8 + 3 * 5) + (8 + 5))),
+        ),  # noise_size()
         "gaussian_actor": (networks.Actor(2, "gaussian", hidden_sizes=(8,), activation="silu"), (obs,)),
         "deterministic_actor": (networks.Actor(2, "deterministic", hidden_sizes=(8,), activation="silu"), (obs,)),
         "twin_continuous_q": (networks.ensemble(networks.ContinuousQ, 2)((8,), "silu"), (obs, action)),
@@ -107,8 +110,10 @@ def test_forward_mode_through_every_network_matches_finite_differences(name):
     its float inputs, against a central difference along the same random direction."""
     module, inputs = _networks()[name]
     rng = np.random.default_rng(0)
-    inputs = tuple(jnp.asarray(rng.normal(size=x.shape), jnp.float32) if isinstance(x, jax.Array) and x.ndim > 1
-                   else x for x in inputs)
+    inputs = tuple(
+        jnp.asarray(rng.normal(size=x.shape), jnp.float32) if isinstance(x, jax.Array) and x.ndim > 1 else x
+        for x in inputs
+    )
     params = module.init(jax.random.key(0), *inputs)
     floats = (params, inputs[0])
     tangent = jax.tree.map(lambda x: jnp.asarray(0.1 * rng.normal(size=x.shape), jnp.float32), floats)

@@ -16,8 +16,19 @@ import pytest
 from jaxrl import envs, offpolicy, sweep_axes
 from jaxrl.algorithms import ddpg, get, sac, td3
 
-SMALL = dict(num_envs=2, num_steps=2, num_updates=2, batch_size=16, buffer_size=256, learning_starts=16,
-             total_timesteps=64, hidden_sizes=(16,), num_evals=2, eval_episodes=2, num_reports=0)
+SMALL = dict(
+    num_envs=2,
+    num_steps=2,
+    num_updates=2,
+    batch_size=16,
+    buffer_size=256,
+    learning_starts=16,
+    total_timesteps=64,
+    hidden_sizes=(16,),
+    num_evals=2,
+    eval_episodes=2,
+    num_reports=0,
+)
 
 
 def jit(fn):
@@ -58,8 +69,11 @@ def np_critics(critic_params, obs, action):
 
 
 def random_batch(rng, batch, obs_dim, action_shape, discrete_actions=None):
-    action = (rng.integers(0, discrete_actions, batch).astype(np.int32) if discrete_actions
-              else rng.uniform(-2.0, 2.0, (batch,) + action_shape).astype(np.float32))
+    action = (
+        rng.integers(0, discrete_actions, batch).astype(np.int32)
+        if discrete_actions
+        else rng.uniform(-2.0, 2.0, (batch,) + action_shape).astype(np.float32)
+    )
     return {
         "obs": rng.normal(size=(batch, obs_dim)).astype(np.float32),
         "next_obs": rng.normal(size=(batch, obs_dim)).astype(np.float32),
@@ -77,8 +91,14 @@ def test_polyak_and_action_scaling():
     target, online = {"w": jnp.array([1.0, 2.0])}, {"w": jnp.array([3.0, -2.0])}
     np.testing.assert_allclose(offpolicy.polyak(target, online, 0.25)["w"], [1.5, 1.0])
     np.testing.assert_array_equal(offpolicy.polyak(target, online, 1.0)["w"], online["w"])
-    spec = envs.EnvSpec(obs_shape=(3,), obs_dtype=np.float32, action_kind="continuous", action_shape=(2,),
-                        action_low=np.array([0.0, -3.0], np.float32), action_high=np.array([1.0, 5.0], np.float32))
+    spec = envs.EnvSpec(
+        obs_shape=(3,),
+        obs_dtype=np.float32,
+        action_kind="continuous",
+        action_shape=(2,),
+        action_low=np.array([0.0, -3.0], np.float32),
+        action_high=np.array([1.0, 5.0], np.float32),
+    )
     unit = np.array([[-1.0, -1.0], [1.0, 1.0], [0.0, 0.5]], np.float32)
     np.testing.assert_allclose(spec.from_unit(unit), [[0.0, -3.0], [1.0, 5.0], [0.5, 3.0]])
     np.testing.assert_allclose(spec.to_unit(spec.from_unit(unit)), unit, atol=1e-6)
@@ -91,7 +111,9 @@ def test_td3_target_is_min_of_twin_targets_at_smoothed_action():
     config = td3.Config(**{**SMALL, "target_noise": 1.0, "target_noise_clip": 0.5, "hidden_sizes": (8, 8)})
     state = ddpg.init(jax.random.key(0), config)
     # Distinct target networks, so using the online ones would be caught.
-    target_params = jax.tree.map(lambda x: x * 1.5 + 0.1, {"actor": state.params["actor"], "critic": state.critic_params})
+    target_params = jax.tree.map(
+        lambda x: x * 1.5 + 0.1, {"actor": state.params["actor"], "critic": state.critic_params}
+    )
     rng = np.random.default_rng(0)
     batch = random_batch(rng, 32, 3, (1,))
     key = jax.random.key(7)
@@ -126,8 +148,9 @@ def test_sac_continuous_target_has_entropy_term():
     state = sac.init(jax.random.key(2), config)
     batch = random_batch(np.random.default_rng(2), 32, 3, (1,))
     alpha, key = 0.37, jax.random.key(5)
-    got = np.asarray(jit(sac.critic_target)(state.params["actor"], state.target_params["critic"], alpha, batch,
-                                            key, config))
+    got = np.asarray(
+        jit(sac.critic_target)(state.params["actor"], state.target_params["critic"], alpha, batch, key, config)
+    )
     actor = state.params["actor"]["params"]
     hidden = np_mlp(actor, batch["next_obs"])
     loc = np_dense(actor["Dense_0"], hidden)
@@ -145,17 +168,24 @@ def test_sac_discrete_target_is_exact_expectation():
     state = sac.init(jax.random.key(3), config)
     batch = random_batch(np.random.default_rng(3), 32, 4, (), discrete_actions=2)
     alpha = 0.2
-    got = np.asarray(jit(sac.critic_target)(state.params["actor"], state.target_params["critic"], alpha, batch,
-                                            jax.random.key(0), config))
+    got = np.asarray(
+        jit(sac.critic_target)(
+            state.params["actor"], state.target_params["critic"], alpha, batch, jax.random.key(0), config
+        )
+    )
     actor = state.params["actor"]["params"]
     logits = np_dense(actor["Dense_0"], np_mlp(actor, batch["next_obs"]))
     log_p = logits - np.log(np.sum(np.exp(logits), axis=-1, keepdims=True))
     critic = state.target_params["critic"]["params"]
-    q = np.stack([
-        np_dense(jax.tree.map(lambda x: np.asarray(x)[c], critic)["q"],
-                 np_mlp(jax.tree.map(lambda x: np.asarray(x)[c], critic), batch["next_obs"]))
-        for c in range(2)
-    ]).min(axis=0)
+    q = np.stack(
+        [
+            np_dense(
+                jax.tree.map(lambda x: np.asarray(x)[c], critic)["q"],
+                np_mlp(jax.tree.map(lambda x: np.asarray(x)[c], critic), batch["next_obs"]),
+            )
+            for c in range(2)
+        ]
+    ).min(axis=0)
     value = np.sum(np.exp(log_p) * (q - alpha * log_p), axis=-1)
     expected = batch["reward"] + batch["discount"] * (1.0 - batch["terminated"]) * value
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
@@ -184,8 +214,9 @@ def test_td3_update_moves_actor_and_targets_only_when_asked():
     assert not np.allclose(jax.tree.leaves(skipped.critic_params)[0], jax.tree.leaves(state.critic_params)[0])
     moved, metrics = update(state, batch, jax.random.key(0), config, update_actor=True)
     assert np.isfinite(metrics["actor_loss"])
-    expected = offpolicy.polyak(state.target_params, {"actor": moved.params["actor"], "critic": moved.critic_params},
-                                config.tau)
+    expected = offpolicy.polyak(
+        state.target_params, {"actor": moved.params["actor"], "critic": moved.critic_params}, config.tau
+    )
     assert_trees_close(moved.target_params, expected, rtol=1e-6, atol=1e-7)
     assert int(moved.updates) == 1
 
@@ -234,8 +265,16 @@ def test_metrics_warmup_and_determinism(name, trainers, small_runs):
     config, out = CONFIGS[name], small_runs[name]
     metrics = out.metrics
     iterations, warmup = config.num_iterations, config.warmup_iterations
-    expected = {"timesteps", "episode_return", "episode_length", "critic_loss", "actor_loss", "q_mean",
-                "eval_return", "eval_length"} | ({"alpha", "entropy", "alpha_loss"} if name.startswith("sac") else set())
+    expected = {
+        "timesteps",
+        "episode_return",
+        "episode_length",
+        "critic_loss",
+        "actor_loss",
+        "q_mean",
+        "eval_return",
+        "eval_length",
+    } | ({"alpha", "entropy", "alpha_loss"} if name.startswith("sac") else set())
     assert expected <= set(metrics)
     for value in metrics.values():
         assert value.shape == (iterations,)
@@ -287,31 +326,37 @@ def test_act_and_evaluate_from_params_alone(name, small_runs):
     assert result.returns.shape == (config.eval_episodes,)
 
 
-@pytest.mark.parametrize("module, overrides, message", [
-    (ddpg, dict(env_id="CartPole-v1"), "DDPG needs a continuous"),
-    (td3, dict(env_id="CartPole-v1"), "TD3 needs a continuous"),
-    (sac, dict(env_id="CartPole-v1"), "discrete=True"),
-    (sac, dict(discrete=True), "discrete=True needs a Discrete"),
-    (td3, dict(num_updates=3), "policy_delay"),
-    (ddpg, dict(batch_size=0), "batch_size"),
-    (sac, dict(buffer_size=8), "buffer_size"),
-    (sac, dict(num_envs=0), "num_envs"),
-    (ddpg, dict(env_id="Pendulum-v2"), "Pendulum-v1"),
-    (sac, dict(network="cnn"), "network"),
-    (td3, dict(total_timesteps=8), "total_timesteps"),
-])
+@pytest.mark.parametrize(
+    "module, overrides, message",
+    [
+        (ddpg, dict(env_id="CartPole-v1"), "DDPG needs a continuous"),
+        (td3, dict(env_id="CartPole-v1"), "TD3 needs a continuous"),
+        (sac, dict(env_id="CartPole-v1"), "discrete=True"),
+        (sac, dict(discrete=True), "discrete=True needs a Discrete"),
+        (td3, dict(num_updates=3), "policy_delay"),
+        (ddpg, dict(batch_size=0), "batch_size"),
+        (sac, dict(buffer_size=8), "buffer_size"),
+        (sac, dict(num_envs=0), "num_envs"),
+        (ddpg, dict(env_id="Pendulum-v2"), "Pendulum-v1"),
+        (sac, dict(network="cnn"), "network"),
+        (td3, dict(total_timesteps=8), "total_timesteps"),
+    ],
+)
 def test_bad_static_config_is_a_clear_error(module, overrides, message):
     with pytest.raises(ValueError, match=message):
         module.Config(**{**SMALL, **overrides})
 
 
-@pytest.mark.parametrize("module, overrides, field", [
-    (ddpg, dict(tau=0.0), "tau"),
-    (td3, dict(gamma=1.5), "gamma"),
-    (td3, dict(exploration_noise=-0.1), "exploration_noise"),
-    (sac, dict(learning_rate=-1e-3), "learning_rate"),
-    (sac, dict(alpha=0.0), "alpha"),
-])
+@pytest.mark.parametrize(
+    "module, overrides, field",
+    [
+        (ddpg, dict(tau=0.0), "tau"),
+        (td3, dict(gamma=1.5), "gamma"),
+        (td3, dict(exploration_noise=-0.1), "exploration_noise"),
+        (sac, dict(learning_rate=-1e-3), "learning_rate"),
+        (sac, dict(alpha=0.0), "alpha"),
+    ],
+)
 def test_bad_hyperparameter_is_a_clear_error(module, overrides, field):
     with pytest.raises(ValueError, match=field):
         module.init(jax.random.key(0), module.Config(**SMALL).replace(**overrides))

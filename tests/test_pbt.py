@@ -27,15 +27,22 @@ class ToyState:
 
 def test_exploit_copies_the_best_agents_into_the_worst_and_explores_within_bounds():
     population = 8
-    state = ToyState(params={"w": jnp.arange(population * 3.0).reshape(population, 3)},
-                     opt_state=jnp.arange(population) * 10, env_state=jnp.arange(population) + 100,
-                     buffer=jnp.arange(population) + 200, timesteps=jnp.arange(population) + 300)
-    values = {"learning_rate": jnp.asarray([1e-4, 2e-4, 3e-4, 5e-4, 1e-3, 2e-3, 2.9e-3, 3e-3]),
-              "ent_coef": jnp.full((population,), 0.01)}
+    state = ToyState(
+        params={"w": jnp.arange(population * 3.0).reshape(population, 3)},
+        opt_state=jnp.arange(population) * 10,
+        env_state=jnp.arange(population) + 100,
+        buffer=jnp.arange(population) + 200,
+        timesteps=jnp.arange(population) + 300,
+    )
+    values = {
+        "learning_rate": jnp.asarray([1e-4, 2e-4, 3e-4, 5e-4, 1e-3, 2e-3, 2.9e-3, 3e-3]),
+        "ent_coef": jnp.full((population,), 0.01),
+    }
     scores = jnp.asarray([5.0, np.nan, 1.0, 7.0, 9.0, 3.0, 8.0, 2.0])  # worst: 1 (NaN), 2; best: 6, 4
     for trial in range(5):
         new_state, new_values, parents = pbt.exploit_and_explore(
-            state, values, scores, jax.random.key(trial), BOUNDS, fraction=0.25, factors=(0.8, 1.25))
+            state, values, scores, jax.random.key(trial), BOUNDS, fraction=0.25, factors=(0.8, 1.25)
+        )
         parents = np.asarray(parents)
         kept = [0, 3, 4, 5, 6, 7]
         np.testing.assert_array_equal(parents[kept], kept)
@@ -79,8 +86,10 @@ def test_hyperparameters_stay_in_bounds_and_lineage_follows_parents(result):
     for round_index, parents in enumerate(result.parents[:-1]):
         for member, parent in enumerate(parents):
             if parent == member:  # kept: its values carry over unchanged
-                assert result.hyperparams["learning_rate"][round_index + 1, member] == \
-                    result.hyperparams["learning_rate"][round_index, member]
+                assert (
+                    result.hyperparams["learning_rate"][round_index + 1, member]
+                    == result.hyperparams["learning_rate"][round_index, member]
+                )
             else:  # replaced: scored among the worst, copied one of the best
                 assert result.scores[round_index, member] <= np.sort(result.scores[round_index])[0]
                 assert result.scores[round_index, parent] >= np.sort(result.scores[round_index])[-1]
@@ -89,14 +98,17 @@ def test_hyperparameters_stay_in_bounds_and_lineage_follows_parents(result):
     assert len(chain) == 9 and chain[-1] == 2
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"interval": 7}, "interval must be an int >= 1 dividing the run's 96 iterations"),
-    ({"population": 1}, "population must be an int >= 2"),
-    ({"fraction": 0.6}, "fraction must be in"),
-    ({"bounds": {"num_envs": (1, 8)}}, "'num_envs' is a static field"),
-    ({"bounds": {"learning_rate": (1e-3, 1e-4)}}, "low < high"),
-    ({"initial": {"learning_rate": [1.0] * 4, "ent_coef": [0.01] * 4}}, "must be 4 values within"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"interval": 7}, "interval must be an int >= 1 dividing the run's 96 iterations"),
+        ({"population": 1}, "population must be an int >= 2"),
+        ({"fraction": 0.6}, "fraction must be in"),
+        ({"bounds": {"num_envs": (1, 8)}}, "'num_envs' is a static field"),
+        ({"bounds": {"learning_rate": (1e-3, 1e-4)}}, "low < high"),
+        ({"initial": {"learning_rate": [1.0] * 4, "ent_coef": [0.01] * 4}}, "must be 4 values within"),
+    ],
+)
 def test_bad_pbt_arguments_are_clear_errors(kwargs, message):
     arguments = {"bounds": BOUNDS, "population": 4, "interval": 12, **kwargs}
     with pytest.raises(ValueError, match=message):

@@ -14,8 +14,15 @@ from jaxrl import sweep_axes
 from jaxrl.algorithms import get, ppo
 
 SMALL = ppo.Config(
-    env_id="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 6,
-    num_epochs=2, num_minibatches=2, hidden_sizes=(16, 16), num_evals=2, eval_episodes=2,
+    env_id="CartPole-v1",
+    num_envs=4,
+    num_steps=16,
+    total_timesteps=4 * 16 * 6,
+    num_epochs=2,
+    num_minibatches=2,
+    hidden_sizes=(16, 16),
+    num_evals=2,
+    eval_episodes=2,
     num_reports=0,
 )
 
@@ -44,8 +51,19 @@ def test_registry():
 def test_metrics_shapes_and_contents(small_run):
     metrics = small_run.metrics
     iterations = SMALL.num_iterations
-    for name in ("timesteps", "episode_return", "episode_length", "policy_loss", "value_loss",
-                 "entropy", "approx_kl", "clip_fraction", "learning_rate", "eval_return", "eval_length"):
+    for name in (
+        "timesteps",
+        "episode_return",
+        "episode_length",
+        "policy_loss",
+        "value_loss",
+        "entropy",
+        "approx_kl",
+        "clip_fraction",
+        "learning_rate",
+        "eval_return",
+        "eval_length",
+    ):
         assert metrics[name].shape == (iterations,), name
     np.testing.assert_array_equal(metrics["timesteps"], 64 * np.arange(1, iterations + 1))
     # Evaluations at exactly num_evals evenly spread points, the last iteration included.
@@ -113,38 +131,52 @@ def test_update_is_usable_on_its_own():
 
 
 def test_continuous_actions_are_clipped_to_bounds():
-    config = ppo.Config(env_id="Pendulum-v1", num_envs=2, num_steps=8, total_timesteps=16, num_minibatches=2,
-                        log_std_init=3.0, num_evals=0, num_reports=0)
+    config = ppo.Config(
+        env_id="Pendulum-v1",
+        num_envs=2,
+        num_steps=8,
+        total_timesteps=16,
+        num_minibatches=2,
+        log_std_init=3.0,
+        num_evals=0,
+        num_reports=0,
+    )
     state = ppo.init(jax.random.key(0), config)
     action = ppo.act(state.params, jnp.zeros((1000, 3)), jax.random.key(0), config)
     assert action.shape == (1000, 1)
     assert float(action.min()) == -2.0 and float(action.max()) == 2.0
 
 
-@pytest.mark.parametrize("overrides, field", [
-    (dict(num_envs=0), "num_envs"),
-    (dict(num_steps=-1), "num_steps"),
-    (dict(num_minibatches=3), "num_minibatches"),
-    (dict(num_epochs=0), "num_epochs"),
-    (dict(total_timesteps=10), "total_timesteps"),
-    (dict(hidden_sizes=(64, 0)), "hidden_sizes"),
-    (dict(activation="sigmoidish"), "activation"),
-    (dict(env_id="CartPol-v1"), "CartPole-v1"),
-    (dict(env_kwargs={"max_steps": 200}), "max_steps"),
-    (dict(network="cnn"), "network='cnn'"),
-])
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (dict(num_envs=0), "num_envs"),
+        (dict(num_steps=-1), "num_steps"),
+        (dict(num_minibatches=3), "num_minibatches"),
+        (dict(num_epochs=0), "num_epochs"),
+        (dict(total_timesteps=10), "total_timesteps"),
+        (dict(hidden_sizes=(64, 0)), "hidden_sizes"),
+        (dict(activation="sigmoidish"), "activation"),
+        (dict(env_id="CartPol-v1"), "CartPole-v1"),
+        (dict(env_kwargs={"max_steps": 200}), "max_steps"),
+        (dict(network="cnn"), "network='cnn'"),
+    ],
+)
 def test_bad_static_config_is_a_clear_error(overrides, field):
     with pytest.raises(ValueError, match=field):
         ppo.Config(**overrides)
 
 
-@pytest.mark.parametrize("overrides, field", [
-    (dict(learning_rate=0.0), "learning_rate"),
-    (dict(gamma=1.5), "gamma"),
-    (dict(gae_lambda=-0.1), "gae_lambda"),
-    (dict(clip_eps=0.0), "clip_eps"),
-    (dict(learning_rate=jnp.array([1e-3, -1.0])), "learning_rate"),
-])
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (dict(learning_rate=0.0), "learning_rate"),
+        (dict(gamma=1.5), "gamma"),
+        (dict(gae_lambda=-0.1), "gae_lambda"),
+        (dict(clip_eps=0.0), "clip_eps"),
+        (dict(learning_rate=jnp.array([1e-3, -1.0])), "learning_rate"),
+    ],
+)
 def test_bad_hyperparameter_is_a_clear_error(overrides, field):
     with pytest.raises(ValueError, match=field):
         ppo.init(jax.random.key(0), SMALL.replace(**overrides))
@@ -194,8 +226,16 @@ def test_learns_pendulum():
 def test_observation_statistics_live_in_params():
     """With normalize_observations, ``step`` folds each rollout's raw observations into
     ``params["obs_stats"]`` (after the update), so ``act`` needs nothing but params."""
-    config = ppo.Config(env_id="Pendulum-v1", num_envs=2, num_steps=8, total_timesteps=16, num_minibatches=2,
-                        normalize_observations=True, num_evals=0, num_reports=0)
+    config = ppo.Config(
+        env_id="Pendulum-v1",
+        num_envs=2,
+        num_steps=8,
+        total_timesteps=16,
+        num_minibatches=2,
+        normalize_observations=True,
+        num_evals=0,
+        num_reports=0,
+    )
     state = ppo.init(jax.random.key(0), config)
     obs_before = np.asarray(state.obs)
     stepped, _ = jax.jit(ppo.step, static_argnames="config")(state, jax.random.key(1), config)

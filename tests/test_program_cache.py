@@ -18,10 +18,11 @@ import textwrap
 import jax
 import numpy as np
 import pytest
-
-from jaxrl import logging as jaxrl_logging, loop, metrics, program_cache, runner
-from jaxrl.algorithms import bc, ppo
 from test_runner import leaves, small_bc_run
+
+from jaxrl import logging as jaxrl_logging
+from jaxrl import loop, metrics, program_cache, runner
+from jaxrl.algorithms import bc, ppo
 
 SEEDS = 2
 CHUNK = 4
@@ -29,8 +30,21 @@ CHUNK = 4
 
 def make_config(**overrides):
     """Tiny PPO whose state holds running observation statistics and PRNG keys."""
-    return ppo.Config(**{**dict(total_timesteps=1024, num_envs=4, num_steps=16, hidden_sizes=(8,), num_evals=2,
-                                eval_episodes=2, num_reports=0, normalize_observations=True), **overrides})
+    return ppo.Config(
+        **{
+            **dict(
+                total_timesteps=1024,
+                num_envs=4,
+                num_steps=16,
+                hidden_sizes=(8,),
+                num_evals=2,
+                eval_episodes=2,
+                num_reports=0,
+                normalize_observations=True,
+            ),
+            **overrides,
+        }
+    )
 
 
 def assert_same_run(ours, theirs):
@@ -88,8 +102,13 @@ def test_a_rerun_loads_its_programs_and_equals_the_traced_run(traced_runs, cache
 
     runner._cached_programs.cache_clear()  # a loaded chunk still names its metrics
     with pytest.raises(ValueError, match="target metric 'no_such_metric' is not a metric of ppo"):
-        runner.run("ppo", make_config(learning_rate=1e-3), seeds=SEEDS, chunk_iterations=CHUNK,
-                   target=metrics.Target(0.0, metric="no_such_metric"))
+        runner.run(
+            "ppo",
+            make_config(learning_rate=1e-3),
+            seeds=SEEDS,
+            chunk_iterations=CHUNK,
+            target=metrics.Target(0.0, metric="no_such_metric"),
+        )
 
     # Same shapes, another learning rate: its own entries, its own result.
     other = fresh_run(make_config(learning_rate=3e-3))
@@ -186,7 +205,8 @@ def test_loaded_outputs_keep_weak_types(cache):
     for _ in range(2):  # saved, then loaded
         info, result = prepared(args=args)
         assert jax.tree.map(lambda i: (i.shape, i.dtype, i.weak_type), info) == jax.tree.map(
-            lambda i: (i.shape, i.dtype, i.weak_type), traced_info)
+            lambda i: (i.shape, i.dtype, i.weak_type), traced_info
+        )
         assert int(result["count"]) == 1
 
 
@@ -197,8 +217,10 @@ def test_a_damaged_program_in_a_readable_entry_is_a_miss(cache):
     entry["exported"] = entry["exported"][:-50] + bytes(50)
     path.write_bytes(pickle.dumps(entry))
     np.testing.assert_array_equal(prepared()[1]["y"], [0.0, 2.0, 4.0])
-    assert pickle.loads(path.read_bytes())["sha256"] == hashlib.sha256(
-        pickle.loads(path.read_bytes())["exported"]).hexdigest()  # written again, whole
+    assert (
+        pickle.loads(path.read_bytes())["sha256"]
+        == hashlib.sha256(pickle.loads(path.read_bytes())["exported"]).hexdigest()
+    )  # written again, whole
 
 
 def test_what_cannot_be_kept_is_traced_every_time(cache):
@@ -239,7 +261,8 @@ def test_identity_leaves_out_what_it_cannot_describe():
     from jaxrl.algorithms import dqn
 
     assert runner._program_identity(ppo, make_config()).startswith(
-        "jaxrl.algorithms.ppo jaxrl.algorithms.ppo.Config[('env_id', 'CartPole-v1')")
+        "jaxrl.algorithms.ppo jaxrl.algorithms.ppo.Config[('env_id', 'CartPole-v1')"
+    )
     assert runner._program_identity(dqn, dqn.Config(learning_rate=np.float32(1e-3))) is None  # not plain data
 
     @struct.dataclass
@@ -263,8 +286,7 @@ def test_a_bc_run_from_a_dataset_or_its_file_is_loaded_and_equal(cache, monkeypa
     runs = []
     for run_config, run_dataset in [(config, dataset), (config, dataset), (from_file, None), (from_file, None)]:
         runner._cached_programs.cache_clear()
-        runs.append(runner.run("bc", run_config, seeds=SEEDS, dataset=run_dataset, chunk_iterations=10,
-                               progress=True))
+        runs.append(runner.run("bc", run_config, seeds=SEEDS, dataset=run_dataset, chunk_iterations=10, progress=True))
     assert counter.traces == 2 and len(list(cache.glob("*.program"))) == 4  # one trace, two entries per config
     for run in runs[1:]:
         assert_same_run(run, runs[0])
@@ -297,8 +319,9 @@ def test_a_second_process_loads_what_the_first_saved(traced_runs, tmp_path):
     for number, expected_traces in ((1, 1), (2, 0)):
         out = tmp_path / f"run{number}.npz"
         script = tmp_path / "rerun.py"
-        script.write_text(textwrap.dedent(RERUN.format(cache=str(tmp_path / "cache"), out=str(out),
-                                                       tests=os.path.dirname(__file__))))
+        script.write_text(
+            textwrap.dedent(RERUN.format(cache=str(tmp_path / "cache"), out=str(out), tests=os.path.dirname(__file__)))
+        )
         process = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
         assert process.returncode == 0, process.stderr[-3000:]
         saved = np.load(out)

@@ -43,8 +43,8 @@ _vtrace = jax.jit(returns.vtrace)
 # Input generation
 # --------------------------------------------------------------------------------------
 
-def make_inputs(seed: int, shape: tuple[int, ...], *, consistent: bool = False,
-                dones: bool = True):
+
+def make_inputs(seed: int, shape: tuple[int, ...], *, consistent: bool = False, dones: bool = True):
     """Random float32 inputs with terminations and truncations mid-sequence.
 
     Forced structure (per batch column, shifted so that columns differ):
@@ -67,14 +67,14 @@ def make_inputs(seed: int, shape: tuple[int, ...], *, consistent: bool = False,
         flat_trunc = trunc.reshape(length, -1)
         for col in range(flat_term.shape[1]):
             off = (seed + 2 * col) % 4
-            flat_term[5 + off, col] = True                    # terminated only
+            flat_term[5 + off, col] = True  # terminated only
             flat_trunc[5 + off, col] = False
-            flat_term[12 + off, col] = False                  # truncated only
+            flat_term[12 + off, col] = False  # truncated only
             flat_trunc[12 + off, col] = True
-            flat_term[19 + off, col] = True                   # both at once
+            flat_term[19 + off, col] = True  # both at once
             flat_trunc[19 + off, col] = True
-            flat_term[20 + off, col] = True                   # two dones in a row
-            mode = (seed + col) % 4                           # last step
+            flat_term[20 + off, col] = True  # two dones in a row
+            mode = (seed + col) % 4  # last step
             flat_term[-1, col] = mode in (0, 2)
             flat_trunc[-1, col] = mode in (1, 2)
         term = flat_term.reshape(shape)
@@ -103,8 +103,7 @@ def apply_oracle(oracle, *arrays, **kwargs):
     shape = arrays[0].shape
     outs = [oracle(*cols, **kwargs) for cols in columns(*arrays)]
     if isinstance(outs[0], tuple):
-        return tuple(np.stack([o[i] for o in outs], axis=1).reshape(shape)
-                     for i in range(len(outs[0])))
+        return tuple(np.stack([o[i] for o in outs], axis=1).reshape(shape) for i in range(len(outs[0])))
     return np.stack(outs, axis=1).reshape(shape)
 
 
@@ -119,6 +118,7 @@ def episode_end(t, term, trunc):
 # --------------------------------------------------------------------------------------
 # Oracles (1-D, float64, plain Python loops from the definitions)
 # --------------------------------------------------------------------------------------
+
 
 def oracle_gae(r, v, v_next, term, trunc, gamma, lam):
     """Backward recursion A_t = delta_t + gamma lam (1 - done_t) A_{t+1}, A_T = 0."""
@@ -168,7 +168,7 @@ def oracle_n_step(r, v_next, term, trunc, gamma, n):
         total = 0.0
         for k in range(n):
             s = t + k
-            total += gamma ** k * r[s]
+            total += gamma**k * r[s]
             if term[s] or trunc[s] or k == n - 1 or s == length - 1:
                 if not term[s]:
                     total += gamma ** (k + 1) * v_next[s]
@@ -206,8 +206,7 @@ def oracle_lambda_as_mixture(r, v_next, term, trunc, gamma, lam):
     return out
 
 
-def oracle_vtrace(v, v_next, r, term, trunc, log_rho, gamma, rho_bar, c_bar, pg_rho_bar,
-                  lam):
+def oracle_vtrace(v, v_next, r, term, trunc, log_rho, gamma, rho_bar, c_bar, pg_rho_bar, lam):
     """V-trace (Espeholt et al., 2018, eq. 1), cut at episode boundaries.
 
     vs_t = v_t + sum_{s=t}^{end} gamma^{s-t} (prod_{i=t}^{s-1} c_i) rho_s delta_s,
@@ -221,8 +220,7 @@ def oracle_vtrace(v, v_next, r, term, trunc, log_rho, gamma, rho_bar, c_bar, pg_
     ratio = np.exp(log_rho)
     rho = np.minimum(rho_bar, ratio)
     c = lam * np.minimum(c_bar, ratio)
-    delta = np.array([r[s] + (0.0 if term[s] else gamma * v_next[s]) - v[s]
-                      for s in range(length)])
+    delta = np.array([r[s] + (0.0 if term[s] else gamma * v_next[s]) - v[s] for s in range(length)])
     vs = np.zeros(length)
     for t in range(length):
         end = episode_end(t, term, trunc)
@@ -244,6 +242,7 @@ def oracle_vtrace(v, v_next, r, term, trunc, log_rho, gamma, rho_bar, c_bar, pg_
 # Sanity checks of the generated inputs (so the tests really exercise the edge cases)
 # --------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("shape", SHAPES, ids=["T", "TxN"])
 def test_inputs_cover_edge_cases(shape):
     last_modes = set()
@@ -262,14 +261,14 @@ def test_inputs_cover_edge_cases(shape):
 # Oracle comparisons
 # --------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("shape", SHAPES, ids=["T", "TxN"])
 @pytest.mark.parametrize("seed", SEEDS)
 def test_gae_matches_oracle(seed, shape):
     x = make_inputs(seed, shape)
     got = _gae(x["r"], x["v"], x["v_next"], x["term"], x["trunc"], x["gamma"], x["lam"])
     assert got.shape == shape and got.dtype == jnp.float32
-    want = apply_oracle(oracle_gae, x["r"], x["v"], x["v_next"], x["term"], x["trunc"],
-                        gamma=x["gamma"], lam=x["lam"])
+    want = apply_oracle(oracle_gae, x["r"], x["v"], x["v_next"], x["term"], x["trunc"], gamma=x["gamma"], lam=x["lam"])
     np.testing.assert_allclose(np.asarray(got), want, rtol=RTOL, atol=ATOL)
 
 
@@ -279,12 +278,14 @@ def test_lambda_returns_matches_oracle(seed, shape):
     x = make_inputs(seed, shape)
     got = _lambda_returns(x["r"], x["v_next"], x["term"], x["trunc"], x["gamma"], x["lam"])
     assert got.shape == shape and got.dtype == jnp.float32
-    want = apply_oracle(oracle_lambda_returns, x["r"], x["v_next"], x["term"], x["trunc"],
-                        gamma=x["gamma"], lam=x["lam"])
+    want = apply_oracle(
+        oracle_lambda_returns, x["r"], x["v_next"], x["term"], x["trunc"], gamma=x["gamma"], lam=x["lam"]
+    )
     np.testing.assert_allclose(np.asarray(got), want, rtol=RTOL, atol=ATOL)
     # Second, structurally different definition: mixture of n-step returns.
-    mixture = apply_oracle(oracle_lambda_as_mixture, x["r"], x["v_next"], x["term"],
-                           x["trunc"], gamma=x["gamma"], lam=x["lam"])
+    mixture = apply_oracle(
+        oracle_lambda_as_mixture, x["r"], x["v_next"], x["term"], x["trunc"], gamma=x["gamma"], lam=x["lam"]
+    )
     np.testing.assert_allclose(mixture, want, rtol=1e-9, atol=1e-9)
 
 
@@ -294,8 +295,7 @@ def test_discounted_returns_matches_oracle(seed, shape):
     x = make_inputs(seed, shape)
     got = _discounted_returns(x["r"], x["v_next"], x["term"], x["trunc"], x["gamma"])
     assert got.shape == shape and got.dtype == jnp.float32
-    want = apply_oracle(oracle_discounted, x["r"], x["v_next"], x["term"], x["trunc"],
-                        gamma=x["gamma"])
+    want = apply_oracle(oracle_discounted, x["r"], x["v_next"], x["term"], x["trunc"], gamma=x["gamma"])
     np.testing.assert_allclose(np.asarray(got), want, rtol=RTOL, atol=ATOL)
 
 
@@ -306,10 +306,8 @@ def test_n_step_targets_matches_oracle(n, shape):
         x = make_inputs(seed, shape)
         got = _n_step_targets(x["r"], x["v_next"], x["term"], x["trunc"], x["gamma"], n=n)
         assert got.shape == shape and got.dtype == jnp.float32
-        want = apply_oracle(oracle_n_step, x["r"], x["v_next"], x["term"], x["trunc"],
-                            gamma=x["gamma"], n=n)
-        np.testing.assert_allclose(np.asarray(got), want, rtol=RTOL, atol=ATOL,
-                                   err_msg=f"seed={seed}")
+        want = apply_oracle(oracle_n_step, x["r"], x["v_next"], x["term"], x["trunc"], gamma=x["gamma"], n=n)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=RTOL, atol=ATOL, err_msg=f"seed={seed}")
 
 
 VTRACE_CASES = {
@@ -332,13 +330,22 @@ def test_vtrace_matches_oracle(seed, shape, case):
     kwargs = dict(rho_bar=rho_bar, c_bar=c_bar, lambda_=lam)
     if pg_rho_bar is not None:
         kwargs["pg_rho_bar"] = pg_rho_bar
-    out = _vtrace(x["v"], x["v_next"], x["r"], x["term"], x["trunc"], log_rho, x["gamma"],
-                  **kwargs)
+    out = _vtrace(x["v"], x["v_next"], x["r"], x["term"], x["trunc"], log_rho, x["gamma"], **kwargs)
     assert out.vs.shape == shape and out.pg_advantages.shape == shape
     want_vs, want_pg = apply_oracle(
-        oracle_vtrace, x["v"], x["v_next"], x["r"], x["term"], x["trunc"], log_rho,
-        gamma=x["gamma"], rho_bar=rho_bar, c_bar=c_bar,
-        pg_rho_bar=rho_bar if pg_rho_bar is None else pg_rho_bar, lam=lam)
+        oracle_vtrace,
+        x["v"],
+        x["v_next"],
+        x["r"],
+        x["term"],
+        x["trunc"],
+        log_rho,
+        gamma=x["gamma"],
+        rho_bar=rho_bar,
+        c_bar=c_bar,
+        pg_rho_bar=rho_bar if pg_rho_bar is None else pg_rho_bar,
+        lam=lam,
+    )
     np.testing.assert_allclose(np.asarray(out.vs), want_vs, rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(np.asarray(out.pg_advantages), want_pg, rtol=RTOL, atol=ATOL)
 
@@ -347,15 +354,14 @@ def test_vtrace_matches_oracle(seed, shape, case):
 # Cross-function properties
 # --------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("shape", SHAPES, ids=["T", "TxN"])
 @pytest.mark.parametrize("seed", SEEDS)
 def test_gae_plus_value_equals_lambda_returns(seed, shape):
     x = make_inputs(seed, shape, consistent=True)
     adv = _gae(x["r"], x["v"], x["v_next"], x["term"], x["trunc"], x["gamma"], x["lam"])
-    lam_ret = _lambda_returns(x["r"], x["v_next"], x["term"], x["trunc"], x["gamma"],
-                              x["lam"])
-    np.testing.assert_allclose(np.asarray(adv) + x["v"], np.asarray(lam_ret),
-                               rtol=RTOL, atol=ATOL)
+    lam_ret = _lambda_returns(x["r"], x["v_next"], x["term"], x["trunc"], x["gamma"], x["lam"])
+    np.testing.assert_allclose(np.asarray(adv) + x["v"], np.asarray(lam_ret), rtol=RTOL, atol=ATOL)
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=["T", "TxN"])
@@ -373,12 +379,11 @@ def test_n_step_long_horizon_equals_discounted_returns(shape, n):
     for seed in SEEDS:
         for dones in (False, True):  # with dones too: n >= T always reaches the episode end
             x = make_inputs(seed, shape, dones=dones)
-            nstep = _n_step_targets(x["r"], x["v_next"], x["term"], x["trunc"], x["gamma"],
-                                    n=n)
-            disc = _discounted_returns(x["r"], x["v_next"], x["term"], x["trunc"],
-                                       x["gamma"])
-            np.testing.assert_allclose(np.asarray(nstep), np.asarray(disc), rtol=RTOL,
-                                       atol=ATOL, err_msg=f"seed={seed} dones={dones}")
+            nstep = _n_step_targets(x["r"], x["v_next"], x["term"], x["trunc"], x["gamma"], n=n)
+            disc = _discounted_returns(x["r"], x["v_next"], x["term"], x["trunc"], x["gamma"])
+            np.testing.assert_allclose(
+                np.asarray(nstep), np.asarray(disc), rtol=RTOL, atol=ATOL, err_msg=f"seed={seed} dones={dones}"
+            )
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=["T", "TxN"])
@@ -386,8 +391,7 @@ def test_n_step_one_is_td_target(shape):
     for seed in SEEDS:
         x = make_inputs(seed, shape)
         got = _n_step_targets(x["r"], x["v_next"], x["term"], x["trunc"], x["gamma"], n=1)
-        want = (x["r"].astype(np.float64)
-                + x["gamma"] * (1.0 - x["term"]) * x["v_next"].astype(np.float64))
+        want = x["r"].astype(np.float64) + x["gamma"] * (1.0 - x["term"]) * x["v_next"].astype(np.float64)
         np.testing.assert_allclose(np.asarray(got), want, rtol=RTOL, atol=ATOL)
 
 
@@ -399,8 +403,7 @@ def test_n_step_horizon_longer_than_sequence_keeps_shape(length, n):
     flags = np.zeros(length, bool)
     got = returns.n_step_targets(r, v_next, flags, flags, 0.5, n=n)
     assert got.shape == (length,)
-    want = oracle_discounted(r.astype(np.float64), v_next.astype(np.float64), flags, flags,
-                             0.5)
+    want = oracle_discounted(r.astype(np.float64), v_next.astype(np.float64), flags, flags, 0.5)
     np.testing.assert_allclose(np.asarray(got), want, rtol=RTOL, atol=ATOL)
 
 
@@ -416,14 +419,11 @@ def test_n_step_rejects_non_positive_n(n):
 def test_vtrace_on_policy_unclipped_equals_discounted_returns(seed, shape):
     x = make_inputs(seed, shape, consistent=True)
     zeros = np.zeros(shape, np.float32)
-    out = _vtrace(x["v"], x["v_next"], x["r"], x["term"], x["trunc"], zeros, x["gamma"],
-                  rho_bar=jnp.inf, c_bar=jnp.inf)
-    disc = np.asarray(_discounted_returns(x["r"], x["v_next"], x["term"], x["trunc"],
-                                          x["gamma"]))
+    out = _vtrace(x["v"], x["v_next"], x["r"], x["term"], x["trunc"], zeros, x["gamma"], rho_bar=jnp.inf, c_bar=jnp.inf)
+    disc = np.asarray(_discounted_returns(x["r"], x["v_next"], x["term"], x["trunc"], x["gamma"]))
     np.testing.assert_allclose(np.asarray(out.vs), disc, rtol=RTOL, atol=ATOL)
     # On-policy, the policy-gradient advantage is the Monte-Carlo advantage G_t - v_t.
-    np.testing.assert_allclose(np.asarray(out.pg_advantages), disc - x["v"], rtol=RTOL,
-                               atol=ATOL)
+    np.testing.assert_allclose(np.asarray(out.pg_advantages), disc - x["v"], rtol=RTOL, atol=ATOL)
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=["T", "TxN"])
@@ -432,8 +432,8 @@ def test_vtrace_on_policy_lambda_equals_gae(seed, shape):
     """On-policy V-trace(lambda) with c = lambda is GAE: vs = v + A = lambda-return."""
     x = make_inputs(seed, shape, consistent=True)
     zeros = np.zeros(shape, np.float32)
-    out = _vtrace(x["v"], x["v_next"], x["r"], x["term"], x["trunc"], zeros, x["gamma"],
-                  rho_bar=1.0, c_bar=1.0, lambda_=x["lam"])
+    out = _vtrace(
+        x["v"], x["v_next"], x["r"], x["term"], x["trunc"], zeros, x["gamma"], rho_bar=1.0, c_bar=1.0, lambda_=x["lam"]
+    )
     adv = _gae(x["r"], x["v"], x["v_next"], x["term"], x["trunc"], x["gamma"], x["lam"])
-    np.testing.assert_allclose(np.asarray(out.vs) - x["v"], np.asarray(adv), rtol=RTOL,
-                               atol=ATOL)
+    np.testing.assert_allclose(np.asarray(out.vs) - x["v"], np.asarray(adv), rtol=RTOL, atol=ATOL)

@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 from flax import struct
 from gymnax.environments import environment, spaces
+from reference import episode_stats
 
 from jaxrl import envs, evaluation, rollout
 from jaxrl.types import Trajectory
-from reference import episode_stats
 
 T = 64
 N = 4
@@ -98,9 +98,18 @@ def cartpole():
     lane0 = lambda x: x[0]  # noqa: E731
     state0, last_obs0 = jax.tree.map(lane0, (state, last_obs))
     traj2, state2, last_obs2 = cont(state0, last_obs0, jax.random.key(1))
-    return jax.device_get(dict(obs0=obs0[0], traj=jax.tree.map(lane0, traj), state=state0,
-                               last_obs=last_obs0, traj2=traj2, last_obs2=last_obs2,
-                               all_traj=traj, all_last_obs=last_obs))
+    return jax.device_get(
+        dict(
+            obs0=obs0[0],
+            traj=jax.tree.map(lane0, traj),
+            state=state0,
+            last_obs=last_obs0,
+            traj2=traj2,
+            last_obs2=last_obs2,
+            all_traj=traj,
+            all_last_obs=last_obs,
+        )
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -235,10 +244,17 @@ def test_collect_vmap_over_keys_shapes(cartpole):
 def _hand_trajectory(terminated, truncated, ret, length):
     shape = np.shape(terminated)
     z = jnp.zeros(shape)
-    return Trajectory(obs=z, action=z, reward=z, terminated=jnp.asarray(terminated),
-                      truncated=jnp.asarray(truncated), next_obs=z,
-                      episode_return=jnp.asarray(ret, jnp.float32),
-                      episode_length=jnp.asarray(length, jnp.int32), extras={})
+    return Trajectory(
+        obs=z,
+        action=z,
+        reward=z,
+        terminated=jnp.asarray(terminated),
+        truncated=jnp.asarray(truncated),
+        next_obs=z,
+        episode_return=jnp.asarray(ret, jnp.float32),
+        episode_length=jnp.asarray(length, jnp.int32),
+        extras={},
+    )
 
 
 def test_episode_metrics_hand_made():
@@ -256,8 +272,7 @@ def test_episode_metrics_ignores_values_where_not_done():
     # Garbage where no episode ended must not be averaged in.
     term = np.array([[True, False], [False, False]])
     trunc = np.zeros((2, 2), bool)
-    m = rollout.episode_metrics(_hand_trajectory(term, trunc, [[5.0, 100.0], [-100.0, 7.0]],
-                                                 [[3, 50], [60, 70]]))
+    m = rollout.episode_metrics(_hand_trajectory(term, trunc, [[5.0, 100.0], [-100.0, 7.0]], [[3, 50], [60, 70]]))
     assert int(m["episodes"]) == 1
     np.testing.assert_allclose(m["episode_return"], 5.0)
     np.testing.assert_allclose(m["episode_length"], 3.0)
@@ -311,8 +326,7 @@ def const_act(params, obs, key):
 
 # Compiling is most of the cost: one jitted entry point, with everything that must be
 # static marked so, lets calls that differ only in ``params``/``key`` share a compile.
-_evaluate = jax.jit(evaluation.evaluate,
-                    static_argnames=("act_fn", "env", "num_episodes", "env_params", "max_steps"))
+_evaluate = jax.jit(evaluation.evaluate, static_argnames=("act_fn", "env", "num_episodes", "env_params", "max_steps"))
 
 
 @pytest.fixture(scope="module")
@@ -438,8 +452,15 @@ def test_evaluate_countdown_exact_returns():
         np.testing.assert_allclose(res.returns, c * L * (L + 1) / 2, rtol=1e-6)
     # A 3-step time limit, simulated for longer: the same episodes (same key), each
     # ending at its truncation (nothing is counted from the following episode).
-    cut = _evaluate(const_act, c, COUNTDOWN, jax.random.key(4), num_episodes=16,
-                    env_params=_CountParams(max_steps_in_episode=3), max_steps=6)
+    cut = _evaluate(
+        const_act,
+        c,
+        COUNTDOWN,
+        jax.random.key(4),
+        num_episodes=16,
+        env_params=_CountParams(max_steps_in_episode=3),
+        max_steps=6,
+    )
     m = np.minimum(L, 3)
     np.testing.assert_array_equal(cut.lengths, m)
     np.testing.assert_allclose(cut.returns, c * m * (m + 1) / 2, rtol=1e-6)
@@ -453,5 +474,5 @@ def test_evaluate_passes_params_and_obs_to_act_fn():
     res = _evaluate(act, 2, COUNTDOWN, jax.random.key(4), num_episodes=16)
     L = np.asarray(res.lengths)
     # Before step k (1-based) the obs is L - (k - 1); pays 2k while that is > 2.
-    expected = [sum(2 * k for k in range(1, l + 1) if l - (k - 1) > 2) for l in L]
+    expected = [sum(2 * k for k in range(1, length + 1) if length - (k - 1) > 2) for length in L]
     np.testing.assert_allclose(res.returns, expected, rtol=1e-6)

@@ -20,7 +20,8 @@ import jax
 import numpy as np
 import pytest
 
-from jaxrl import cli, logging as jaxrl_logging, metrics, runner
+from jaxrl import cli, metrics, runner
+from jaxrl import logging as jaxrl_logging
 from jaxrl.algorithms import a2c, dqn, ppo
 from jaxrl.checkpoint import Checkpoints
 
@@ -33,15 +34,40 @@ def make_config(name: str):
     """The runs' configs: PPO with running observation statistics in its state, DQN
     with a prioritized n-step replay buffer in its state. Both 32 iterations."""
     if name == "ppo":
-        return ppo.Config(total_timesteps=2048, num_envs=4, num_steps=16, hidden_sizes=(16, 16), num_evals=4,
-                          num_reports=0, normalize_observations=True)
-    return dqn.Config(total_timesteps=2048, num_envs=4, num_steps=16, num_updates=2, batch_size=32,
-                      buffer_size=1024, learning_starts=256, hidden_sizes=(16, 16), num_evals=4, num_reports=0)
+        return ppo.Config(
+            total_timesteps=2048,
+            num_envs=4,
+            num_steps=16,
+            hidden_sizes=(16, 16),
+            num_evals=4,
+            num_reports=0,
+            normalize_observations=True,
+        )
+    return dqn.Config(
+        total_timesteps=2048,
+        num_envs=4,
+        num_steps=16,
+        num_updates=2,
+        batch_size=32,
+        buffer_size=1024,
+        learning_starts=256,
+        hidden_sizes=(16, 16),
+        num_evals=4,
+        num_reports=0,
+    )
 
 
 def straight_run(name: str, logdir):
-    return runner.run(name, make_config(name), seeds=SEEDS, chunk_iterations=CHUNK, metrics_every=2,
-                      logdir=str(logdir), loggers=("csv", "jsonl", "tensorboard"), checkpoint_every=1)
+    return runner.run(
+        name,
+        make_config(name),
+        seeds=SEEDS,
+        chunk_iterations=CHUNK,
+        metrics_every=2,
+        logdir=str(logdir),
+        loggers=("csv", "jsonl", "tensorboard"),
+        checkpoint_every=1,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +77,10 @@ def ppo_run(tmp_path_factory):
 
 
 def leaves(tree):
-    return [np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
-            for x in jax.tree.leaves(tree)]
+    return [
+        np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+        for x in jax.tree.leaves(tree)
+    ]
 
 
 # ----------------------------------------------------------------------------- aggregation
@@ -63,13 +91,16 @@ def test_aggregate_against_a_python_loop():
     values = rng.normal(size=(3, 10)).astype(np.float32)
     values[rng.random((3, 10)) < 0.4] = np.nan
     values[:, 4:6] = np.nan  # a whole window without a value
-    chunk = {"episode_return": values, "timesteps": np.arange(1, 31).reshape(3, 10) * 7,
-             "per_env": np.zeros((3, 10, 4))}
+    chunk = {
+        "episode_return": values,
+        "timesteps": np.arange(1, 31).reshape(3, 10) * 7,
+        "per_env": np.zeros((3, 10, 4)),
+    }
     rows = metrics.aggregate(chunk, every=3)
     assert set(rows) == {"episode_return", "timesteps"}  # non-scalar metrics are dropped
     for seed in range(3):
         for row, start in enumerate(range(0, 10, 3)):
-            window = [float(v) for v in values[seed, start:start + 3] if not math.isnan(v)]
+            window = [float(v) for v in values[seed, start : start + 3] if not math.isnan(v)]
             expected = sum(window) / len(window) if window else math.nan
             assert rows["episode_return"][seed, row] == pytest.approx(expected, nan_ok=True)
             assert rows["timesteps"][seed, row] == chunk["timesteps"][seed, min(start + 3, 10) - 1]
@@ -82,7 +113,7 @@ def test_aggregate_averages_episode_metrics_over_episodes():
     rows = metrics.aggregate({"episode_return": returns, "episodes": episodes}, every=4)
     for seed in range(2):
         for row, start in enumerate(range(0, 9, 4)):
-            counts, values = episodes[seed, start:start + 4], returns[seed, start:start + 4]
+            counts, values = episodes[seed, start : start + 4], returns[seed, start : start + 4]
             total = sum(c * v for c, v in zip(counts, values) if c > 0)
             expected = total / counts.sum() if counts.sum() else math.nan
             assert rows["episodes"][seed, row] == counts.sum()
@@ -143,7 +174,9 @@ def test_csv_and_jsonl_hold_the_returned_metrics_per_seed_and_mean(ppo_run):
         for name, values in result.metrics.items():
             if record["seed"] == "mean":
                 finite = values[:, row][np.isfinite(values[:, row])]
-                expected = (np.max(finite) if name in jaxrl_logging.COUNTERS else np.mean(finite)) if finite.size else math.nan
+                expected = (
+                    (np.max(finite) if name in jaxrl_logging.COUNTERS else np.mean(finite)) if finite.size else math.nan
+                )
             else:
                 expected = values[int(record["seed"]), row]
             got = float(record[name]) if record[name] else math.nan
@@ -162,8 +195,8 @@ def read_tensorboard_scalars(directory) -> dict:
         data = path.read_bytes()
         offset = 0
         while offset < len(data):
-            (length,) = struct.unpack("<Q", data[offset:offset + 8])
-            event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
+            (length,) = struct.unpack("<Q", data[offset : offset + 8])
+            event = event_pb2.Event.FromString(data[offset + 12 : offset + 12 + length])
             offset += 12 + length + 4
             for value in event.summary.value:
                 scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
@@ -251,8 +284,16 @@ def test_a_second_run_of_a_config_compiles_nothing(ppo_run):
 
 def test_target_return_stops_early_and_saves(tmp_path):
     config = make_config("ppo")
-    result = runner.run("ppo", config, seeds=SEEDS, chunk_iterations=CHUNK, metrics_every=2,
-                        logdir=str(tmp_path / "run"), checkpoint_every=4, target=1.0)
+    result = runner.run(
+        "ppo",
+        config,
+        seeds=SEEDS,
+        chunk_iterations=CHUNK,
+        metrics_every=2,
+        logdir=str(tmp_path / "run"),
+        checkpoint_every=4,
+        target=1.0,
+    )
     assert result.stopped_early and result.completed == CHUNK  # the first evaluation is at iteration 8
     with Checkpoints(tmp_path / "run" / "checkpoints") as checkpoints:
         assert checkpoints.steps() == [CHUNK]  # the stop saved, though 4 chunks had not passed
@@ -262,13 +303,11 @@ def test_target_episodes_checks_the_recent_training_episodes():
     # Random CartPole episodes last about 20 steps, so the first chunk (512 env steps
     # per seed) finishes more than 10 episodes with returns above 5 but none reaches 100.
     config = make_config("ppo")
-    result = runner.run("ppo", config, seeds=SEEDS, chunk_iterations=CHUNK,
-                        target=metrics.Target(5.0, episodes=10))
+    result = runner.run("ppo", config, seeds=SEEDS, chunk_iterations=CHUNK, target=metrics.Target(5.0, episodes=10))
     assert result.stopped_early and result.completed == CHUNK
     recent = metrics.recent_episode_return(result.metrics["episode_return"], result.metrics["episodes"], 10)
     assert np.all(recent[:, -1] >= 5.0)
-    result = runner.run("ppo", config, seeds=SEEDS, chunk_iterations=CHUNK,
-                        target=metrics.Target(100.0, episodes=10))
+    result = runner.run("ppo", config, seeds=SEEDS, chunk_iterations=CHUNK, target=metrics.Target(100.0, episodes=10))
     assert not result.stopped_early and result.completed == 32
 
 
@@ -278,8 +317,15 @@ def test_a_logdir_holding_a_run_is_not_overwritten(ppo_run):
     with pytest.raises(ValueError, match="already holds a run.*resume=True"):
         runner.run("ppo", make_config("ppo"), seeds=SEEDS, chunk_iterations=CHUNK, logdir=str(logdir))
     with pytest.raises(ValueError, match="learning_rate"):
-        runner.run("ppo", make_config("ppo").replace(learning_rate=1e-3), seeds=SEEDS, chunk_iterations=CHUNK,
-                   metrics_every=2, logdir=str(logdir), resume=True)
+        runner.run(
+            "ppo",
+            make_config("ppo").replace(learning_rate=1e-3),
+            seeds=SEEDS,
+            chunk_iterations=CHUNK,
+            metrics_every=2,
+            logdir=str(logdir),
+            resume=True,
+        )
     with pytest.raises(ValueError, match="algorithm: saved 'ppo', this run 'a2c'"):
         runner.run("a2c", a2c.Config(), seeds=SEEDS, logdir=str(logdir), resume=True)
     assert (logdir / "metrics.csv").read_bytes() == before
@@ -294,20 +340,25 @@ def test_a_checkpoint_of_another_structure_is_a_clear_error(ppo_run, tmp_path):
             checkpoints.restore(result.state, step=3)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"chunk_iterations": 0}, "chunk_iterations must be an int in \\[1, 32\\]"),
-    ({"chunk_iterations": 33}, "chunk_iterations must be an int in \\[1, 32\\]"),
-    ({"chunk_iterations": 8, "metrics_every": 3}, "metrics_every must be an int >= 1 dividing chunk_iterations=8"),
-    ({"checkpoint_every": 0, "logdir": "x"}, "checkpoint_every must be an int >= 1"),
-    ({"checkpoint_every": 1}, "need a logdir"),
-    ({"resume": True}, "need a logdir"),
-    ({"seeds": 0}, "seeds must be an int >= 1"),
-    ({"target": {"value": 1.0, "episodes": 0}}, "target episodes must be an int >= 1"),
-    ({"loggers": ("console", "wandb")}, "unknown logger 'wandb'"),
-    ({"dataset": {"obs": np.zeros(3)}}, "ppo learns from its env alone"),
-    ({"resume": True, "logdir": "x", "config": ppo.Config(env_id="gymnasium:CartPole-v1")},
-     "cannot be resumed: part of its state lives on the host"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"chunk_iterations": 0}, "chunk_iterations must be an int in \\[1, 32\\]"),
+        ({"chunk_iterations": 33}, "chunk_iterations must be an int in \\[1, 32\\]"),
+        ({"chunk_iterations": 8, "metrics_every": 3}, "metrics_every must be an int >= 1 dividing chunk_iterations=8"),
+        ({"checkpoint_every": 0, "logdir": "x"}, "checkpoint_every must be an int >= 1"),
+        ({"checkpoint_every": 1}, "need a logdir"),
+        ({"resume": True}, "need a logdir"),
+        ({"seeds": 0}, "seeds must be an int >= 1"),
+        ({"target": {"value": 1.0, "episodes": 0}}, "target episodes must be an int >= 1"),
+        ({"loggers": ("console", "wandb")}, "unknown logger 'wandb'"),
+        ({"dataset": {"obs": np.zeros(3)}}, "ppo learns from its env alone"),
+        (
+            {"resume": True, "logdir": "x", "config": ppo.Config(env_id="gymnasium:CartPole-v1")},
+            "cannot be resumed: part of its state lives on the host",
+        ),
+    ],
+)
 def test_bad_arguments_are_clear_errors(kwargs, message, tmp_path):
     if kwargs.get("logdir") == "x":
         kwargs["logdir"] = str(tmp_path / "x")
@@ -319,9 +370,16 @@ def test_bad_arguments_are_clear_errors(kwargs, message, tmp_path):
 
 
 def test_an_unknown_target_metric_is_a_clear_error():
-    with pytest.raises(ValueError, match="target metric 'eval_retrun' is not a metric of ppo; its metrics: .*eval_return"):
-        runner.run("ppo", make_config("ppo"), seeds=SEEDS, chunk_iterations=CHUNK,
-                   target=metrics.Target(1.0, metric="eval_retrun"))
+    with pytest.raises(
+        ValueError, match="target metric 'eval_retrun' is not a metric of ppo; its metrics: .*eval_return"
+    ):
+        runner.run(
+            "ppo",
+            make_config("ppo"),
+            seeds=SEEDS,
+            chunk_iterations=CHUNK,
+            target=metrics.Target(1.0, metric="eval_retrun"),
+        )
 
 
 # ----------------------------------------------------------------------------- crashes
@@ -385,8 +443,12 @@ def test_a_crash_mid_save_then_resume_gives_the_uninterrupted_run(ppo_run, tmp_p
     assert crashed.returncode == 9, crashed.stderr[-3000:]
     with Checkpoints(logdir / "checkpoints") as checkpoints:
         assert checkpoints.steps() == [CHUNK]  # the half-written second one is not a checkpoint
-        assert checkpoints.restore({"state": straight.state, "run_keys": jax.random.split(jax.random.key(0), SEEDS)},
-                                   step=CHUNK)[2]["step"] == CHUNK
+        assert (
+            checkpoints.restore(
+                {"state": straight.state, "run_keys": jax.random.split(jax.random.key(0), SEEDS)}, step=CHUNK
+            )[2]["step"]
+            == CHUNK
+        )
     csv_rows = (logdir / "metrics.csv").read_text().splitlines()
     assert int(csv_rows[-1].split(",")[0]) == 2 * CHUNK  # the crashed chunk's rows were logged...
 
@@ -417,8 +479,15 @@ def test_resume_restores_the_replay_buffer_exactly(tmp_path):
     shutil.copytree(tmp_path / "straight", tmp_path / "resumed")
     for step in (3 * CHUNK, 4 * CHUNK):
         shutil.rmtree(tmp_path / "resumed" / "checkpoints" / str(step))
-    resume = dict(seeds=SEEDS, chunk_iterations=CHUNK, metrics_every=2, logdir=str(tmp_path / "resumed"),
-                  loggers=("csv", "jsonl", "tensorboard"), checkpoint_every=1, resume=True)
+    resume = dict(
+        seeds=SEEDS,
+        chunk_iterations=CHUNK,
+        metrics_every=2,
+        logdir=str(tmp_path / "resumed"),
+        loggers=("csv", "jsonl", "tensorboard"),
+        checkpoint_every=1,
+        resume=True,
+    )
     with pytest.raises(ValueError, match=r"is from a different run; config: saved .*'learning_rate': 0.0003"):
         runner.run("dqn", make_config("dqn").replace(learning_rate=3e-4), **resume)
     # num_reports only drives in-program progress reports, which the runner leaves out;
@@ -475,10 +544,38 @@ def test_an_interrupted_save_leaves_the_previous_checkpoint_loadable(tmp_path):
 
 def test_cli_logdir_checkpoints_target_plot_and_resume(tmp_path, capsys):
     logdir = tmp_path / "run"
-    args = ["train", "ppo", "--env", "CartPole-v1", "--seeds", "2", "--total-timesteps", "2048", "--set",
-            "num_envs=4", "--set", "num_steps=16", "--set", "hidden_sizes=16,16", "--set", "num_evals=4",
-            "--no-preset", "--no-cache", "--no-progress", "--chunks", "4", "--logdir", str(logdir),
-            "--loggers", "csv,tensorboard", "--checkpoint-every", "2", "--plot", "--json", str(tmp_path / "s.json")]
+    args = [
+        "train",
+        "ppo",
+        "--env",
+        "CartPole-v1",
+        "--seeds",
+        "2",
+        "--total-timesteps",
+        "2048",
+        "--set",
+        "num_envs=4",
+        "--set",
+        "num_steps=16",
+        "--set",
+        "hidden_sizes=16,16",
+        "--set",
+        "num_evals=4",
+        "--no-preset",
+        "--no-cache",
+        "--no-progress",
+        "--chunks",
+        "4",
+        "--logdir",
+        str(logdir),
+        "--loggers",
+        "csv,tensorboard",
+        "--checkpoint-every",
+        "2",
+        "--plot",
+        "--json",
+        str(tmp_path / "s.json"),
+    ]
     assert cli.main(args) == 0
     out = capsys.readouterr().out
     assert "compiled in" in out and "learning curves:" in out
@@ -497,9 +594,12 @@ def test_cli_logdir_checkpoints_target_plot_and_resume(tmp_path, capsys):
     assert cli.main(["train", "ppo", "--checkpoint-every", "1"]) == cli.USAGE_ERROR
     assert "need a logdir" in capsys.readouterr().err
     # The same program (compiled already), stopped by the solved rule over training episodes.
-    quick = args[:args.index("--logdir")] + ["--target-return", "5", "--target-episodes", "10"]
+    quick = args[: args.index("--logdir")] + ["--target-return", "5", "--target-episodes", "10"]
     assert cli.main(quick) == 0
-    assert "every seed reached the target return 5 (mean return of its last 10 training episodes) after 512 env steps" in capsys.readouterr().out
+    assert (
+        "every seed reached the target return 5 (mean return of its last 10 training episodes) after 512 env steps"
+        in capsys.readouterr().out
+    )
 
 
 def small_bc_run():
@@ -509,12 +609,25 @@ def small_bc_run():
 
     rng = np.random.default_rng(0)
     dataset = data.Dataset(
-        obs=rng.normal(size=(64, 4)).astype(np.float32), action=rng.integers(0, 2, size=64).astype(np.int32),
-        reward=np.ones(64, np.float32), terminated=np.zeros(64, bool), truncated=np.zeros(64, bool),
-        next_obs=rng.normal(size=(64, 4)).astype(np.float32), episode_return=np.zeros(64, np.float32),
-        episode_length=np.zeros(64, np.int32), env_id="CartPole-v1")
-    config = bc.Config(env_id="CartPole-v1", num_updates=20, batch_size=8, num_evals=1, eval_episodes=1,
-                       hidden_sizes=(8,), num_reports=0)
+        obs=rng.normal(size=(64, 4)).astype(np.float32),
+        action=rng.integers(0, 2, size=64).astype(np.int32),
+        reward=np.ones(64, np.float32),
+        terminated=np.zeros(64, bool),
+        truncated=np.zeros(64, bool),
+        next_obs=rng.normal(size=(64, 4)).astype(np.float32),
+        episode_return=np.zeros(64, np.float32),
+        episode_length=np.zeros(64, np.int32),
+        env_id="CartPole-v1",
+    )
+    config = bc.Config(
+        env_id="CartPole-v1",
+        num_updates=20,
+        batch_size=8,
+        num_evals=1,
+        eval_episodes=1,
+        hidden_sizes=(8,),
+        num_reports=0,
+    )
     return dataset, config
 
 
@@ -524,7 +637,9 @@ def test_bc_runs_in_chunks_from_a_dataset_and_equals_the_fused_train():
     dataset, config = small_bc_run()
     result = runner.run("bc", config, seeds=2, dataset=dataset, chunk_iterations=10)
     assert result.completed == 20 and result.metrics["updates"][:, -1].tolist() == [20, 20]
-    fused = jax.jit(jax.vmap(bc.train, in_axes=(0, None, None)))(jax.random.split(jax.random.key(0), 2), config, dataset)
+    fused = jax.jit(jax.vmap(bc.train, in_axes=(0, None, None)))(
+        jax.random.split(jax.random.key(0), 2), config, dataset
+    )
     # same keys per iteration whatever the chunking; only XLA's fusion (float rounding) may differ
     np.testing.assert_allclose(result.metrics["loss"], np.asarray(fused.metrics["loss"]), rtol=1e-5)
     for ours, theirs in zip(leaves(result.state.params), leaves(fused.state.params)):
@@ -533,8 +648,11 @@ def test_bc_runs_in_chunks_from_a_dataset_and_equals_the_fused_train():
 
 def test_runner_module_is_importable_without_the_extras():
     # (matplotlib is not optional in practice: gymnax imports it.)
-    code = ("import sys; sys.modules['orbax'] = None; sys.modules['tensorboardX'] = None; "
-            "import jaxrl.runner, jaxrl.cli; print('ok')")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                            env={**os.environ})
+    code = (
+        "import sys; sys.modules['orbax'] = None; sys.modules['tensorboardX'] = None; "
+        "import jaxrl.runner, jaxrl.cli; print('ok')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env={**os.environ}
+    )
     assert result.stdout.strip() == "ok", result.stderr

@@ -13,8 +13,16 @@ from jaxrl import cli, sweep
 from jaxrl.algorithms import ppo
 
 # 8 iterations of 64 env steps: small enough to also run every lane on its own.
-CONFIG = ppo.Config(total_timesteps=512, num_envs=4, num_steps=16, hidden_sizes=(16, 16), num_evals=2,
-                    num_reports=0, num_minibatches=2, num_epochs=2)
+CONFIG = ppo.Config(
+    total_timesteps=512,
+    num_envs=4,
+    num_steps=16,
+    hidden_sizes=(16, 16),
+    num_evals=2,
+    num_reports=0,
+    num_minibatches=2,
+    num_epochs=2,
+)
 LEARNING_RATES = [1e-4, 3e-4, 1e-3, 3e-3]
 SEEDS = 3
 
@@ -38,15 +46,18 @@ def test_random_settings_stay_in_their_ranges():
         sweep.random_settings(3, learning_rate=(0.0, 1.0, "log"))
 
 
-@pytest.mark.parametrize("settings, message", [
-    ({"hidden_sizes": [1, 2]}, "'hidden_sizes' is a static field of Config .* loop over its values on the host"),
-    ({"num_envs": [4, 8]}, "'num_envs' is a static field"),
-    ({"learnin_rate": [1e-3]}, "has no field 'learnin_rate'. Did you mean 'learning_rate'"),
-    ({"learning_rate": [1e-3, 1e-4], "gamma": [0.9]}, "same number of values"),
-    ({"learning_rate": [-1.0]}, "out of range: learning_rate must lie in"),
-    ({"env_id": ["a"]}, "static field"),
-    ({}, "at least one field"),
-])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"hidden_sizes": [1, 2]}, "'hidden_sizes' is a static field of Config .* loop over its values on the host"),
+        ({"num_envs": [4, 8]}, "'num_envs' is a static field"),
+        ({"learnin_rate": [1e-3]}, "has no field 'learnin_rate'. Did you mean 'learning_rate'"),
+        ({"learning_rate": [1e-3, 1e-4], "gamma": [0.9]}, "same number of values"),
+        ({"learning_rate": [-1.0]}, "out of range: learning_rate must lie in"),
+        ({"env_id": ["a"]}, "static field"),
+        ({}, "at least one field"),
+    ],
+)
 def test_bad_sweeps_are_clear_errors(settings, message):
     with pytest.raises(ValueError, match=message):
         sweep.run("ppo", CONFIG, settings)
@@ -58,7 +69,7 @@ def test_iqm_against_a_sorted_loop():
         values = rng.normal(size=n)
         ordered = sorted(values)
         cut = n // 4
-        middle = ordered[cut:n - cut]
+        middle = ordered[cut : n - cut]
         assert sweep.iqm(values) == pytest.approx(sum(middle) / len(middle))
     table = rng.normal(size=(5, 8))
     np.testing.assert_allclose(sweep.iqm(table, axis=1), [sweep.iqm(row) for row in table])
@@ -70,11 +81,13 @@ def test_bootstrap_ci_against_a_resampling_loop():
     rng = np.random.default_rng(3)
     draws = rng.integers(0, 7, size=(500, 7))
     means = sorted(sum(values[i] for i in draw) / 7 for draw in draws)
+
     # numpy's default percentile interpolates linearly between order statistics
     def percentile(q):
         position = q / 100 * (len(means) - 1)
         below = math.floor(position)
         return means[below] + (position - below) * (means[min(below + 1, len(means) - 1)] - means[below])
+
     assert low == pytest.approx(percentile(5)) and high == pytest.approx(percentile(95))
     assert low < np.mean(values) < high
 
@@ -98,7 +111,8 @@ def test_a_grid_compiles_once_and_every_lane_equals_its_own_run():
     jax.random.split(jax.random.key(0), SEEDS)  # compile the key split outside the count
     compiles = []
     jax.monitoring.register_event_duration_secs_listener(
-        lambda event, duration, **kwargs: compiles.append(event) if event.endswith("backend_compile_duration") else None)
+        lambda event, duration, **kwargs: compiles.append(event) if event.endswith("backend_compile_duration") else None
+    )
     result = sweep.run("ppo", CONFIG, sweep.grid(learning_rate=LEARNING_RATES), seeds=SEEDS)
     assert len(compiles) == 1, compiles
     assert result.metrics["eval_return"].shape == (4, SEEDS, 8)
@@ -110,8 +124,9 @@ def test_a_grid_compiles_once_and_every_lane_equals_its_own_run():
         for s in range(SEEDS):
             out = single(keys[s], CONFIG.replace(learning_rate=lr))
             # vmapped and single programs may round differently: equal to float tolerance
-            np.testing.assert_allclose(result.metrics["policy_loss"][c, s], out.metrics["policy_loss"], rtol=1e-3,
-                                       atol=1e-5)
+            np.testing.assert_allclose(
+                result.metrics["policy_loss"][c, s], out.metrics["policy_loss"], rtol=1e-3, atol=1e-5
+            )
             np.testing.assert_allclose(result.metrics["eval_return"][c, s], out.metrics["eval_return"], rtol=1e-4)
             for lane, alone in zip(jax.tree.leaves(result.state.params), jax.tree.leaves(out.state.params)):
                 np.testing.assert_allclose(lane[c, s], alone, rtol=1e-3, atol=1e-5)
@@ -122,10 +137,34 @@ def test_a_grid_compiles_once_and_every_lane_equals_its_own_run():
 
 def test_sweep_command_prints_and_writes_the_summary(tmp_path, capsys):
     out = tmp_path / "summary.json"
-    args = ["sweep", "ppo", "--no-preset", "--no-cache", "--seeds", "2", "--total-timesteps", "512",
-            "--set", "num_envs=4", "--set", "num_steps=16", "--set", "hidden_sizes=16,16", "--set", "num_evals=2",
-            "--set", "num_reports=0", "--set", "num_minibatches=2", "--set", "num_epochs=2",
-            "--grid", "lr=1e-3,3e-3", "--out", str(out)]
+    args = [
+        "sweep",
+        "ppo",
+        "--no-preset",
+        "--no-cache",
+        "--seeds",
+        "2",
+        "--total-timesteps",
+        "512",
+        "--set",
+        "num_envs=4",
+        "--set",
+        "num_steps=16",
+        "--set",
+        "hidden_sizes=16,16",
+        "--set",
+        "num_evals=2",
+        "--set",
+        "num_reports=0",
+        "--set",
+        "num_minibatches=2",
+        "--set",
+        "num_epochs=2",
+        "--grid",
+        "lr=1e-3,3e-3",
+        "--out",
+        str(out),
+    ]
     assert cli.main(args) == 0
     printed = capsys.readouterr().out
     assert "learning_rate" in printed and "ci_low" in printed and " *" in printed

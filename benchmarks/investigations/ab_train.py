@@ -48,9 +48,12 @@ def main(name: str, seeds: int, steps: int, runs: int) -> None:
         times.append(time.perf_counter() - start)
     returns = np.asarray(out.metrics["eval_return"])
     final = np.nanmean([row[np.isfinite(row)][-1] for row in returns]) if np.isfinite(returns).any() else np.nan
-    print(f"{name} seeds={seeds} steps={steps} compile={compile_s:.2f}s fastest={min(times):.3f}s "
-          f"steps/s={seeds * steps / min(times):,.0f} runs={' '.join(f'{t:.2f}' for t in times)} "
-          f"final_eval={final:.1f}", flush=True)
+    print(
+        f"{name} seeds={seeds} steps={steps} compile={compile_s:.2f}s fastest={min(times):.3f}s "
+        f"steps/s={seeds * steps / min(times):,.0f} runs={' '.join(f'{t:.2f}' for t in times)} "
+        f"final_eval={final:.1f}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

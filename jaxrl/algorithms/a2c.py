@@ -38,11 +38,24 @@ from flax import struct
 from jaxrl import envs, loop, onpolicy, optim, returns, rollout
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_range, static
 from jaxrl.onpolicy import State, act, evaluate, make_env, make_network, policy_and_value
-from jaxrl.types import Trajectory, TrainOutput
+from jaxrl.types import TrainOutput, Trajectory
 
 __all__ = [  # the contract; act, evaluate, State ... are jaxrl.onpolicy's
-    "Config", "State", "init", "act", "update", "step", "train", "evaluate", "make_env", "make_network",
-    "policy_and_value", "ADVANTAGES", "targets", "first_episode_mask", "loss_fn",
+    "Config",
+    "State",
+    "init",
+    "act",
+    "update",
+    "step",
+    "train",
+    "evaluate",
+    "make_env",
+    "make_network",
+    "policy_and_value",
+    "ADVANTAGES",
+    "targets",
+    "first_episode_mask",
+    "loss_fn",
 ]
 
 ADVANTAGES = ("gae", "monte_carlo", "vtrace")
@@ -55,16 +68,16 @@ class Config(onpolicy.Config):
     the rest can be traced and vmapped."""
 
     num_envs: int = static(16)
-    num_steps: Any = static(8)               # rollout length; None: the env's time limit (monte_carlo)
+    num_steps: Any = static(8)  # rollout length; None: the env's time limit (monte_carlo)
     total_timesteps: int = static(200_000)
     normalize_advantages: bool = static(False)
     learning_rate: float = 1e-3
-    gae_lambda: float = 0.95                 # also V-trace's lambda; 1: n-step returns to the rollout end
-    advantage: str = static("gae")           # "gae", "monte_carlo" or "vtrace"
-    baseline: bool = static(True)            # monte_carlo: subtract the critic's value
-    policy_lag: int = static(0)              # actors act with the params of this many updates ago
-    rho_bar: float = 1.0                     # vtrace: truncation of the importance weights (traced)
-    c_bar: float = 1.0                       # vtrace: truncation of the trace coefficients (traced)
+    gae_lambda: float = 0.95  # also V-trace's lambda; 1: n-step returns to the rollout end
+    advantage: str = static("gae")  # "gae", "monte_carlo" or "vtrace"
+    baseline: bool = static(True)  # monte_carlo: subtract the critic's value
+    policy_lag: int = static(0)  # actors act with the params of this many updates ago
+    rho_bar: float = 1.0  # vtrace: truncation of the importance weights (traced)
+    c_bar: float = 1.0  # vtrace: truncation of the trace coefficients (traced)
 
     def __post_init__(self):
         require_choice(self, "advantage", ADVANTAGES)
@@ -73,8 +86,9 @@ class Config(onpolicy.Config):
         spec = envs.config_spec(self)
         if self.num_steps is None:
             if self.advantage != "monte_carlo" or spec.max_episode_steps is None:
-                raise ValueError("num_steps=None (the env's time limit) needs advantage='monte_carlo' "
-                                 "and an env with a time limit")
+                raise ValueError(
+                    "num_steps=None (the env's time limit) needs advantage='monte_carlo' and an env with a time limit"
+                )
             object.__setattr__(self, "num_steps", spec.max_episode_steps)
         super().__post_init__()
         require_int(self, "policy_lag", 0)
@@ -121,14 +135,25 @@ def targets(value: jax.Array, value_next: jax.Array, log_prob: jax.Array, trajec
         target = advantage + value
     elif config.advantage == "monte_carlo":
         # Bootstrapped only at time-limit truncations, and only from a learned baseline.
-        target = returns.discounted_returns(r, value_next if config.baseline else jnp.zeros_like(r),
-                                            term, trunc, config.gamma)
+        target = returns.discounted_returns(
+            r, value_next if config.baseline else jnp.zeros_like(r), term, trunc, config.gamma
+        )
         advantage = target - value if config.baseline else target
         mask = first_episode_mask(trajectory)
     else:
         log_rho = log_prob - trajectory.extras["log_prob"]
-        out = returns.vtrace(value, value_next, r, term, trunc, log_rho, config.gamma, config.rho_bar, config.c_bar,
-                             lambda_=config.gae_lambda)
+        out = returns.vtrace(
+            value,
+            value_next,
+            r,
+            term,
+            trunc,
+            log_rho,
+            config.gamma,
+            config.rho_bar,
+            config.c_bar,
+            lambda_=config.gae_lambda,
+        )
         advantage, target = out.pg_advantages, out.vs
     if config.normalize_advantages:
         mean = _masked_mean(advantage, mask)
@@ -168,8 +193,16 @@ def update(state: State, trajectory: Trajectory, key: jax.Array, config: Config)
     del key
     value_next = onpolicy.value(state.params, trajectory.next_obs, config)
     optimizer = onpolicy.make_optimizer(config, updates_per_iteration=1)
-    network, opt_state, _, metrics = optim.step(optimizer, loss_fn, state.params["network"], state.opt_state,
-                                                state.params["obs_stats"], trajectory, value_next, config)
+    network, opt_state, _, metrics = optim.step(
+        optimizer,
+        loss_fn,
+        state.params["network"],
+        state.opt_state,
+        state.params["obs_stats"],
+        trajectory,
+        value_next,
+        config,
+    )
     metrics["learning_rate"] = onpolicy.current_learning_rate(opt_state)
     return state.replace(params={**state.params, "network": network}, opt_state=opt_state), metrics
 
@@ -184,12 +217,17 @@ def step(state: State, key: jax.Array, config: Config):
     old_params = state.params
     state, metrics = update(state, trajectory, update_key, config)
     if lagged:  # the params this update started from join the queue; the oldest leaves
-        state = state.replace(lagged_params=jax.tree.map(
-            lambda queue, p: jnp.concatenate([queue[1:], p[None]]), state.lagged_params, old_params))
+        state = state.replace(
+            lagged_params=jax.tree.map(
+                lambda queue, p: jnp.concatenate([queue[1:], p[None]]), state.lagged_params, old_params
+            )
+        )
     state = onpolicy.update_obs_stats(state, trajectory, config)
     if monte_carlo:  # report the episodes learned from: each env's first
         first = first_episode_mask(trajectory)
-        trajectory = trajectory.replace(terminated=trajectory.terminated & first, truncated=trajectory.truncated & first)
+        trajectory = trajectory.replace(
+            terminated=trajectory.terminated & first, truncated=trajectory.truncated & first
+        )
     metrics.update(rollout.episode_metrics(trajectory), timesteps=state.timesteps)
     return state, metrics
 

@@ -40,18 +40,18 @@ class Config:
 
     # --- static: environment and program structure
     env_id: str = static("CartPole-v1")
-    env_kwargs: Any = static(())             # EnvParams overrides for evaluation
-    dataset_path: str = static("")           # .npz file train() loads when given no dataset
-    num_updates: int = static(5_000)         # gradient steps (one per iteration)
+    env_kwargs: Any = static(())  # EnvParams overrides for evaluation
+    dataset_path: str = static("")  # .npz file train() loads when given no dataset
+    num_updates: int = static(5_000)  # gradient steps (one per iteration)
     batch_size: int = static(256)
-    loss: str = static("mse")                # continuous actions: "mse" or "gaussian"; discrete: cross-entropy
-    network: str = static("mlp")             # "mlp" or "cnn" (MinAtar)
+    loss: str = static("mse")  # continuous actions: "mse" or "gaussian"; discrete: cross-entropy
+    network: str = static("mlp")  # "mlp" or "cnn" (MinAtar)
     hidden_sizes: tuple = static((64, 64))
     activation: str = static("relu")
     normalize_observations: bool = static(True)  # by the dataset's statistics, kept in params
-    num_evals: int = static(10)              # deterministic evaluations over the run
+    num_evals: int = static(10)  # deterministic evaluations over the run
     eval_episodes: int = static(10)
-    num_reports: int = static(50)            # `train`'s progress reports (the runner reports between chunks)
+    num_reports: int = static(50)  # `train`'s progress reports (the runner reports between chunks)
     # --- traced hyper-parameters
     learning_rate: float = 1e-3
 
@@ -73,10 +73,10 @@ class Config:
 
 @struct.dataclass
 class State:
-    params: dict            # {"network": flax params, "obs_stats": RunningStats of the dataset}
+    params: dict  # {"network": flax params, "obs_stats": RunningStats of the dataset}
     opt_state: Any
-    dataset: data.Dataset   # the [S, ...] transitions minibatches are drawn from
-    updates: jax.Array      # int32 gradient steps taken so far
+    dataset: data.Dataset  # the [S, ...] transitions minibatches are drawn from
+    updates: jax.Array  # int32 gradient steps taken so far
 
 
 # ----------------------------------------------------------------------------- set-up
@@ -94,8 +94,14 @@ def make_network(config: Config) -> Actor:
         action_dim, kind = spec.num_actions, "categorical"
     else:
         action_dim, kind = spec.action_shape[0], "deterministic" if config.loss == "mse" else "gaussian"
-    return Actor(action_dim=action_dim, kind=kind, network=config.network, hidden_sizes=config.hidden_sizes,
-                 activation=config.activation, obs_ndim=len(spec.obs_shape))
+    return Actor(
+        action_dim=action_dim,
+        kind=kind,
+        network=config.network,
+        hidden_sizes=config.hidden_sizes,
+        activation=config.activation,
+        obs_ndim=len(spec.obs_shape),
+    )
 
 
 def make_optimizer(config: Config) -> optax.GradientTransformation:
@@ -121,8 +127,12 @@ def init(key: jax.Array, config: Config, dataset: data.Dataset) -> State:
         "network": make_network(config).init(key, jnp.zeros((1,) + spec.obs_shape, jnp.float32)),
         "obs_stats": envs.running_stats_update(envs.running_stats_init(spec.obs_shape), dataset.obs),
     }
-    return State(params=params, opt_state=make_optimizer(config).init(params["network"]),
-                 dataset=dataset, updates=jnp.zeros((), jnp.int32))
+    return State(
+        params=params,
+        opt_state=make_optimizer(config).init(params["network"]),
+        dataset=dataset,
+        updates=jnp.zeros((), jnp.int32),
+    )
 
 
 # ----------------------------------------------------------------------------- acting
@@ -188,10 +198,18 @@ def update(state: State, batch: data.Dataset, key: jax.Array, config: Config):
     leaves; only ``obs`` and ``action`` are read). ``key`` is unused: the loss is
     deterministic. Returns ``(state, metrics)``."""
     del key
-    network_params, opt_state, _, metrics = optim.step(make_optimizer(config), loss_fn, state.params["network"],
-                                                       state.opt_state, state.params["obs_stats"], batch, config)
-    state = state.replace(params={**state.params, "network": network_params}, opt_state=opt_state,
-                          updates=state.updates + 1)
+    network_params, opt_state, _, metrics = optim.step(
+        make_optimizer(config),
+        loss_fn,
+        state.params["network"],
+        state.opt_state,
+        state.params["obs_stats"],
+        batch,
+        config,
+    )
+    state = state.replace(
+        params={**state.params, "network": network_params}, opt_state=opt_state, updates=state.updates + 1
+    )
     return state, metrics
 
 
@@ -219,16 +237,21 @@ def program(config: Config) -> loop.Program:
         init=lambda key, dataset: init(key, config, dataset),
         iteration=lambda state, key, index: step(state, key, config),
         evaluate=functools.partial(evaluate, config=config),
-        num_iterations=config.num_updates, num_evals=config.num_evals, num_reports=config.num_reports,
-        counter="updates", budget=config.num_updates, inputs=functools.partial(load_config_dataset, config),
+        num_iterations=config.num_updates,
+        num_evals=config.num_evals,
+        num_reports=config.num_reports,
+        counter="updates",
+        budget=config.num_updates,
+        inputs=functools.partial(load_config_dataset, config),
     )
 
 
 def load_config_dataset(config: Config) -> data.Dataset:
     """The dataset at ``config.dataset_path`` (ValueError if unset, FileNotFoundError if missing)."""
     if not config.dataset_path:
-        raise ValueError("bc.train needs a dataset: pass one, or set dataset_path to a file "
-                         "written by jaxrl.data.save_dataset")
+        raise ValueError(
+            "bc.train needs a dataset: pass one, or set dataset_path to a file written by jaxrl.data.save_dataset"
+        )
     try:
         return data.load_dataset(config.dataset_path, config.env_id, config.env_kwargs)
     except FileNotFoundError as error:

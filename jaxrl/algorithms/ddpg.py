@@ -48,29 +48,29 @@ class Config(offpolicy.ReplaySchedule):
 
     # --- static: environment and program structure
     env_id: str = static("Pendulum-v1")
-    env_kwargs: Any = static(())             # EnvParams overrides
+    env_kwargs: Any = static(())  # EnvParams overrides
     num_envs: int = static(4)
-    num_steps: int = static(1)               # env steps per env per iteration
-    num_updates: int = static(4)             # critic updates per iteration
+    num_steps: int = static(1)  # env steps per env per iteration
+    num_updates: int = static(4)  # critic updates per iteration
     batch_size: int = static(256)
-    buffer_size: int = static(100_000)       # transitions (rounded up to a multiple of num_envs)
-    learning_starts: int = static(1_000)     # random-action env steps before the first update
+    buffer_size: int = static(100_000)  # transitions (rounded up to a multiple of num_envs)
+    learning_starts: int = static(1_000)  # random-action env steps before the first update
     total_timesteps: int = static(20_000)
-    n_step: int = static(1)                  # n-step targets (stop at episode ends)
+    n_step: int = static(1)  # n-step targets (stop at episode ends)
     network: str = static("mlp")
-    hidden_sizes: tuple = static((64, 64))   # small nets suit classic control; (256, 256) for MuJoCo
+    hidden_sizes: tuple = static((64, 64))  # small nets suit classic control; (256, 256) for MuJoCo
     activation: str = static("relu")
     twin_critics: bool = static(False)
-    policy_delay: int = static(1)            # critic updates per actor / target update
+    policy_delay: int = static(1)  # critic updates per actor / target update
     num_evals: int = static(10)
     eval_episodes: int = static(10)
     num_reports: int = static(50)
     # --- traced hyper-parameters
-    learning_rate: float = 1e-3              # actor and critic (Adam)
+    learning_rate: float = 1e-3  # actor and critic (Adam)
     gamma: float = 0.99
-    tau: float = 0.005                       # Polyak rate of the target networks
-    exploration_noise: float = 0.1           # Gaussian std, in units of the half action range
-    target_noise: float = 0.0                # TD3 target smoothing std (same units); 0 is DDPG
+    tau: float = 0.005  # Polyak rate of the target networks
+    exploration_noise: float = 0.1  # Gaussian std, in units of the half action range
+    target_noise: float = 0.0  # TD3 target smoothing std (same units); 0 is DDPG
     target_noise_clip: float = 0.5
 
     def __post_init__(self):
@@ -91,15 +91,15 @@ class Config(offpolicy.ReplaySchedule):
 
 @struct.dataclass
 class State:
-    params: dict            # {"actor": flax params}: all ``act`` needs
-    critic_params: Any      # the critics' flax params (leading [num_critics] axis)
-    target_params: dict     # {"actor": ..., "critic": ...}
-    opt_state: dict         # {"actor": ..., "critic": ...}
-    buffer: Any             # replay.ReplayState
-    env_state: Any          # batched env state [num_envs]
-    obs: Any                # [num_envs, *obs_shape]
-    timesteps: jax.Array    # int32 env steps so far
-    updates: jax.Array      # int32 critic updates so far
+    params: dict  # {"actor": flax params}: all ``act`` needs
+    critic_params: Any  # the critics' flax params (leading [num_critics] axis)
+    target_params: dict  # {"actor": ..., "critic": ...}
+    opt_state: dict  # {"actor": ..., "critic": ...}
+    buffer: Any  # replay.ReplayState
+    env_state: Any  # batched env state [num_envs]
+    obs: Any  # [num_envs, *obs_shape]
+    timesteps: jax.Array  # int32 env steps so far
+    updates: jax.Array  # int32 critic updates so far
 
 
 # ----------------------------------------------------------------------------- set-up
@@ -111,16 +111,21 @@ def env_spec(config: Config) -> envs.EnvSpec:
 
 def make_actor(config: Config) -> Actor:
     spec = env_spec(config)
-    return Actor(int(np.prod(spec.action_shape)), "deterministic", config.network, config.hidden_sizes,
-                 config.activation, len(spec.obs_shape))
+    return Actor(
+        int(np.prod(spec.action_shape)),
+        "deterministic",
+        config.network,
+        config.hidden_sizes,
+        config.activation,
+        len(spec.obs_shape),
+    )
 
 
 def make_critic(config: Config, num_critics: int | None = None):
     """Q-critics ``(obs [B, ...], unit action [B, A]) -> [num_critics, B]``; by default
     two with ``twin_critics``, else one."""
     num_critics = num_critics or (2 if config.twin_critics else 1)
-    return ensemble(ContinuousQ, num_critics)(
-        config.hidden_sizes, config.activation, len(env_spec(config).obs_shape))
+    return ensemble(ContinuousQ, num_critics)(config.hidden_sizes, config.activation, len(env_spec(config).obs_shape))
 
 
 def make_optimizer(config: Config) -> optax.GradientTransformation:
@@ -215,12 +220,19 @@ def update(state: State, batch: dict, key: jax.Array, config: Config, update_act
     optimizer = make_optimizer(config)
     target = critic_target(state.target_params, batch, key, config)
     critic_params, critic_opt, loss, q_mean = optim.step(
-        optimizer, critic_loss, state.critic_params, state.opt_state["critic"], target, batch, config)
+        optimizer, critic_loss, state.critic_params, state.opt_state["critic"], target, batch, config
+    )
 
     def actor_step(actor_params, actor_opt, target_params):
         actor_params, actor_opt, value, _ = optim.step(
-            optimizer, lambda *args: (actor_loss(*args), ()), actor_params, actor_opt, critic_params, batch["obs"],
-            config)
+            optimizer,
+            lambda *args: (actor_loss(*args), ()),
+            actor_params,
+            actor_opt,
+            critic_params,
+            batch["obs"],
+            config,
+        )
         online = {"actor": actor_params, "critic": critic_params}
         return actor_params, actor_opt, offpolicy.polyak(target_params, online, config.tau), value
 
@@ -231,8 +243,11 @@ def update(state: State, batch: dict, key: jax.Array, config: Config, update_act
         update_actor, actor_step, skip, state.params["actor"], state.opt_state["actor"], state.target_params
     )
     state = state.replace(
-        params={"actor": actor_params}, critic_params=critic_params, target_params=target_params,
-        opt_state={"actor": actor_opt, "critic": critic_opt}, updates=state.updates + 1,
+        params={"actor": actor_params},
+        critic_params=critic_params,
+        target_params=target_params,
+        opt_state={"actor": actor_opt, "critic": critic_opt},
+        updates=state.updates + 1,
     )
     return state, {"critic_loss": loss, "actor_loss": actor_value, "q_mean": q_mean}
 

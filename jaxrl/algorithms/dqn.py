@@ -48,19 +48,19 @@ class Config(offpolicy.ReplaySchedule):
 
     # --- static: environment and program structure
     env_id: str = static("CartPole-v1")
-    env_kwargs: Any = static(())             # EnvParams overrides
+    env_kwargs: Any = static(())  # EnvParams overrides
     num_envs: int = static(8)
-    num_steps: int = static(8)               # env steps per env per iteration
-    num_updates: int = static(8)             # gradient updates per iteration
+    num_steps: int = static(8)  # env steps per env per iteration
+    num_updates: int = static(8)  # gradient updates per iteration
     batch_size: int = static(128)
-    buffer_size: int = static(50_000)        # transitions (rounded up to a multiple of num_envs)
-    learning_starts: int = static(2_000)     # random-action steps before the first update
+    buffer_size: int = static(50_000)  # transitions (rounded up to a multiple of num_envs)
+    learning_starts: int = static(2_000)  # random-action steps before the first update
     total_timesteps: int = static(100_000)
-    network: str = static("mlp")             # "mlp" or "cnn" (MinAtar)
+    network: str = static("mlp")  # "mlp" or "cnn" (MinAtar)
     hidden_sizes: tuple = static((128, 128))
     activation: str = static("relu")
     target_update_period: int = static(100)  # updates between target refreshes (by tau)
-    loss: str = static("huber")              # "huber" or "mse"; C51 uses cross-entropy
+    loss: str = static("huber")  # "huber" or "mse"; C51 uses cross-entropy
     double: bool = static(True)
     dueling: bool = static(True)
     n_step: int = static(3)
@@ -69,26 +69,26 @@ class Config(offpolicy.ReplaySchedule):
     num_atoms: int = static(51)
     noisy: bool = static(False)
     noisy_sigma: float = static(0.5)
-    epsilon_per_env: bool = static(False)    # lane i: apex_epsilon ** (1 + apex_alpha * i / (N - 1))
-    anneal_lr: bool = static(False)          # linearly to 0 over the updates
+    epsilon_per_env: bool = static(False)  # lane i: apex_epsilon ** (1 + apex_alpha * i / (N - 1))
+    anneal_lr: bool = static(False)  # linearly to 0 over the updates
     num_evals: int = static(10)
     eval_episodes: int = static(10)
     num_reports: int = static(50)
     # --- traced hyper-parameters
     learning_rate: float = 1e-3
     gamma: float = 0.99
-    tau: float = 1.0                         # 1: hard copy every target_update_period
+    tau: float = 1.0  # 1: hard copy every target_update_period
     epsilon_start: float = 1.0
     epsilon_end: float = 0.05
-    exploration_fraction: float = 0.2        # of total_timesteps to anneal epsilon over
+    exploration_fraction: float = 0.2  # of total_timesteps to anneal epsilon over
     apex_epsilon: float = 0.4
     apex_alpha: float = 7.0
     max_grad_norm: float = 10.0
     per_alpha: float = 0.6
-    per_beta_start: float = 0.4              # annealed linearly to per_beta_end
+    per_beta_start: float = 0.4  # annealed linearly to per_beta_end
     per_beta_end: float = 1.0
     per_eps: float = 1e-6
-    v_min: float = 0.0                       # C51 support
+    v_min: float = 0.0  # C51 support
     v_max: float = 100.0
 
     def __post_init__(self):
@@ -110,8 +110,14 @@ class Config(offpolicy.ReplaySchedule):
 PRESETS = {"CartPole-v1": {}}
 
 RAINBOW = dict(
-    double=True, dueling=True, n_step=3, prioritized=True, distributional=True, noisy=True,
-    epsilon_start=0.0, epsilon_end=0.0,  # noisy nets explore
+    double=True,
+    dueling=True,
+    n_step=3,
+    prioritized=True,
+    distributional=True,
+    noisy=True,
+    epsilon_start=0.0,
+    epsilon_end=0.0,  # noisy nets explore
 )
 
 
@@ -131,14 +137,14 @@ def rainbow(env_id: str = "CartPole-v1", **overrides) -> Config:
 
 @struct.dataclass
 class State:
-    params: dict            # {"network": flax params}: all ``act`` needs
-    target_params: dict     # the target network's flax params
+    params: dict  # {"network": flax params}: all ``act`` needs
+    target_params: dict  # the target network's flax params
     opt_state: Any
-    buffer: Any             # replay.ReplayState or prioritized.PrioritizedState
-    env_state: Any          # batched env state [num_envs]
-    obs: Any                # [num_envs, *obs_shape]
-    timesteps: jax.Array    # int32 env steps so far
-    updates: jax.Array      # int32 gradient updates so far
+    buffer: Any  # replay.ReplayState or prioritized.PrioritizedState
+    env_state: Any  # batched env state [num_envs]
+    obs: Any  # [num_envs, *obs_shape]
+    timesteps: jax.Array  # int32 env steps so far
+    updates: jax.Array  # int32 gradient updates so far
 
 
 # ----------------------------------------------------------------------------- set-up
@@ -151,9 +157,14 @@ def env_spec(config: Config) -> envs.EnvSpec:
 def make_network(config: Config) -> QNetwork:
     spec = env_spec(config)
     return QNetwork(
-        num_actions=spec.num_actions, network=config.network, hidden_sizes=config.hidden_sizes,
-        activation=config.activation, obs_ndim=len(spec.obs_shape), dueling=config.dueling,
-        noisy=config.noisy, num_atoms=config.num_atoms if config.distributional else 1,
+        num_actions=spec.num_actions,
+        network=config.network,
+        hidden_sizes=config.hidden_sizes,
+        activation=config.activation,
+        obs_ndim=len(spec.obs_shape),
+        dueling=config.dueling,
+        noisy=config.noisy,
+        num_atoms=config.num_atoms if config.distributional else 1,
         noisy_sigma=config.noisy_sigma,
     )
 
@@ -179,8 +190,15 @@ def _check_traced(config: Config) -> None:
     require_range(config, "max_grad_norm", 0.0, float("inf"), low_open=True)
     require_range(config, "per_eps", 0.0, float("inf"), low_open=True)
     require_range(config, "apex_alpha", 0.0, float("inf"))
-    for field in ("gamma", "epsilon_start", "epsilon_end", "apex_epsilon", "per_alpha",
-                  "per_beta_start", "per_beta_end"):
+    for field in (
+        "gamma",
+        "epsilon_start",
+        "epsilon_end",
+        "apex_epsilon",
+        "per_alpha",
+        "per_beta_start",
+        "per_beta_end",
+    ):
         require_range(config, field, 0.0, 1.0)
     if not isinstance(config.v_min, jax.core.Tracer) and not isinstance(config.v_max, jax.core.Tracer):
         if not np.all(np.asarray(config.v_min) < np.asarray(config.v_max)):
@@ -243,8 +261,14 @@ def q_values(params: dict, obs: jax.Array, config: Config, noise_key: jax.Array 
     return _q_values(_network_out(params["network"], obs, noise, config), config)
 
 
-def act(params: dict, obs: jax.Array, key: jax.Array, config: Config, deterministic: bool = False,
-        epsilon: jax.Array | float = 0.0) -> jax.Array:
+def act(
+    params: dict,
+    obs: jax.Array,
+    key: jax.Array,
+    config: Config,
+    deterministic: bool = False,
+    epsilon: jax.Array | float = 0.0,
+) -> jax.Array:
     """Actions ``[B]`` for observations ``[B, *obs_shape]``.
 
     Greedy in the Q-values; with probability ``epsilon`` (a scalar or one per row) a
@@ -329,8 +353,15 @@ def update(state: State, batch: dict, key: jax.Array, config: Config):
     priorities of the sampled transitions. ``key``: noisy nets' noise (see
     :func:`loss_fn`). Returns ``(state, metrics)``."""
     network_params, opt_state, _, (metrics, priority_error) = optim.step(
-        make_optimizer(config), loss_fn, state.params["network"], state.opt_state, state.target_params, batch, key,
-        config)
+        make_optimizer(config),
+        loss_fn,
+        state.params["network"],
+        state.opt_state,
+        state.target_params,
+        batch,
+        key,
+        config,
+    )
     num_updates = state.updates + 1
     refresh = num_updates % config.target_update_period == 0
     target_params = offpolicy.polyak(state.target_params, network_params, jnp.where(refresh, config.tau, 0.0))
@@ -338,8 +369,11 @@ def update(state: State, batch: dict, key: jax.Array, config: Config):
     if config.prioritized:
         buffer = prioritized.update_priorities(buffer, batch["index"], priority_error, config.per_alpha, config.per_eps)
     state = state.replace(
-        params={"network": network_params}, target_params=target_params, opt_state=opt_state,
-        buffer=buffer, updates=num_updates,
+        params={"network": network_params},
+        target_params=target_params,
+        opt_state=opt_state,
+        buffer=buffer,
+        updates=num_updates,
     )
     return state, metrics
 

@@ -16,7 +16,19 @@ from flax import struct
 
 from jaxrl.algorithms import a2c
 from jaxrl.algorithms.a2c import (
-    State, act, evaluate, init, loss_fn, make_env, make_network, policy_and_value, program, step, targets, train, update,
+    State,
+    act,
+    evaluate,
+    init,
+    loss_fn,
+    make_env,
+    make_network,
+    policy_and_value,
+    program,
+    step,
+    targets,
+    train,
+    update,
 )
 from jaxrl.config import static
 
@@ -30,6 +42,18 @@ class Config(a2c.Config):
 
 
 __all__ = [  # the algorithm contract: A2C's functions with this Config
-    "Config", "State", "act", "evaluate", "init", "loss_fn", "make_env", "make_network", "policy_and_value",
-    "program", "step", "targets", "train", "update",
+    "Config",
+    "State",
+    "act",
+    "evaluate",
+    "init",
+    "loss_fn",
+    "make_env",
+    "make_network",
+    "policy_and_value",
+    "program",
+    "step",
+    "targets",
+    "train",
+    "update",
 ]

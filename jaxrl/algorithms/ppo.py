@@ -23,8 +23,21 @@ from jaxrl.onpolicy import State, act, evaluate, make_env, make_network, policy_
 from jaxrl.types import TrainOutput, Trajectory
 
 __all__ = [  # the contract; act, evaluate, State ... are jaxrl.onpolicy's
-    "Config", "State", "init", "act", "update", "step", "train", "evaluate", "make_env", "make_network",
-    "policy_and_value", "PRESETS", "preset", "loss_fn", "compute_targets",
+    "Config",
+    "State",
+    "init",
+    "act",
+    "update",
+    "step",
+    "train",
+    "evaluate",
+    "make_env",
+    "make_network",
+    "policy_and_value",
+    "PRESETS",
+    "preset",
+    "loss_fn",
+    "compute_targets",
 ]
 
 
@@ -39,7 +52,7 @@ class Config(onpolicy.Config):
     num_epochs: int = static(4)
     num_minibatches: int = static(4)
     clip_value_loss: bool = static(True)
-    clip_eps: float = 0.2                    # traced
+    clip_eps: float = 0.2  # traced
 
     def __post_init__(self):
         super().__post_init__()
@@ -62,9 +75,20 @@ PRESETS = {
     # "solved" rule (last 100 training episodes >= -250) after 124k steps on average,
     # against 191k with 64x64 layers and lambda 0.95, at 0.6x the cost per step.
     "Pendulum-v1": dict(
-        num_envs=16, num_steps=64, total_timesteps=300_000, num_epochs=10, num_minibatches=8,
-        hidden_sizes=(32, 32), learning_rate=1e-3, gamma=0.95, gae_lambda=0.9, ent_coef=0.0,
-        normalize_observations=True, scale_rewards=True, clip_value_loss=False, log_std_init=-0.5,
+        num_envs=16,
+        num_steps=64,
+        total_timesteps=300_000,
+        num_epochs=10,
+        num_minibatches=8,
+        hidden_sizes=(32, 32),
+        learning_rate=1e-3,
+        gamma=0.95,
+        gae_lambda=0.9,
+        ent_coef=0.0,
+        normalize_observations=True,
+        scale_rewards=True,
+        clip_value_loss=False,
+        log_std_init=-0.5,
     ),
 }
 
@@ -117,8 +141,13 @@ def compute_targets(params: dict, trajectory: Trajectory, config: Config):
     """GAE advantages and value targets ``[T, N]``, bootstrapping from ``next_obs``."""
     value_next = onpolicy.value(params, trajectory.next_obs, config)
     advantage = returns.gae(
-        trajectory.reward, trajectory.extras["value"], value_next,
-        trajectory.terminated, trajectory.truncated, config.gamma, config.gae_lambda,
+        trajectory.reward,
+        trajectory.extras["value"],
+        value_next,
+        trajectory.terminated,
+        trajectory.truncated,
+        config.gamma,
+        config.gae_lambda,
     )
     return advantage, advantage + trajectory.extras["value"]
 
@@ -131,8 +160,12 @@ def update(state: State, trajectory: Trajectory, key: jax.Array, config: Config)
     """
     advantage, target = compute_targets(state.params, trajectory, config)
     batch = {
-        "obs": trajectory.obs, "action": trajectory.action, "log_prob": trajectory.extras["log_prob"],
-        "value": trajectory.extras["value"], "advantage": advantage, "target": target,
+        "obs": trajectory.obs,
+        "action": trajectory.action,
+        "log_prob": trajectory.extras["log_prob"],
+        "value": trajectory.extras["value"],
+        "advantage": advantage,
+        "target": target,
     }
     batch_size = config.num_envs * config.num_steps
     batch = jax.tree.map(lambda x: x.reshape((batch_size,) + x.shape[2:]), batch)
@@ -141,8 +174,9 @@ def update(state: State, trajectory: Trajectory, key: jax.Array, config: Config)
 
     def minibatch_step(carry, minibatch):
         network_params, opt_state = carry
-        network_params, opt_state, _, metrics = optim.step(optimizer, loss_fn, network_params, opt_state,
-                                                           obs_stats, minibatch, config)
+        network_params, opt_state, _, metrics = optim.step(
+            optimizer, loss_fn, network_params, opt_state, obs_stats, minibatch, config
+        )
         return (network_params, opt_state), metrics
 
     def epoch(carry, epoch_key):

@@ -17,8 +17,20 @@ from flax import struct
 
 from jaxrl.algorithms import a2c
 from jaxrl.algorithms.a2c import (
-    State, act, evaluate, first_episode_mask, init, loss_fn, make_env, make_network, policy_and_value, step,
-    program, targets, train, update,
+    State,
+    act,
+    evaluate,
+    first_episode_mask,
+    init,
+    loss_fn,
+    make_env,
+    make_network,
+    policy_and_value,
+    program,
+    step,
+    targets,
+    train,
+    update,
 )
 from jaxrl.config import static
 
@@ -29,13 +41,26 @@ class Config(a2c.Config):
 
     advantage: str = static("monte_carlo")
     num_envs: int = static(8)
-    num_steps: Any = static(None)            # the env's time limit: every first episode ends
+    num_steps: Any = static(None)  # the env's time limit: every first episode ends
     normalize_advantages: bool = static(True)
     anneal_lr: bool = static(False)
     learning_rate: float = 3e-3
 
 
 __all__ = [  # the algorithm contract: A2C's functions with this Config
-    "Config", "State", "act", "evaluate", "first_episode_mask", "init", "loss_fn", "make_env", "make_network",
-    "policy_and_value", "program", "step", "targets", "train", "update",
+    "Config",
+    "State",
+    "act",
+    "evaluate",
+    "first_episode_mask",
+    "init",
+    "loss_fn",
+    "make_env",
+    "make_network",
+    "policy_and_value",
+    "program",
+    "step",
+    "targets",
+    "train",
+    "update",
 ]

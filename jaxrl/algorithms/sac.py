@@ -42,29 +42,29 @@ class Config(offpolicy.ReplaySchedule):
 
     # --- static: environment and program structure
     env_id: str = static("Pendulum-v1")
-    env_kwargs: Any = static(())             # EnvParams overrides
-    discrete: bool = static(False)           # categorical policy for Discrete action spaces
+    env_kwargs: Any = static(())  # EnvParams overrides
+    discrete: bool = static(False)  # categorical policy for Discrete action spaces
     num_envs: int = static(4)
-    num_steps: int = static(1)               # env steps per env per iteration
-    num_updates: int = static(4)             # gradient updates per iteration
+    num_steps: int = static(1)  # env steps per env per iteration
+    num_updates: int = static(4)  # gradient updates per iteration
     batch_size: int = static(256)
-    buffer_size: int = static(100_000)       # transitions (rounded up to a multiple of num_envs)
-    learning_starts: int = static(1_000)     # random-action env steps before the first update
+    buffer_size: int = static(100_000)  # transitions (rounded up to a multiple of num_envs)
+    learning_starts: int = static(1_000)  # random-action env steps before the first update
     total_timesteps: int = static(20_000)
-    n_step: int = static(1)                  # n-step targets (the entropy bonus of the last step only)
-    network: str = static("mlp")             # "cnn" (MinAtar) only with discrete=True
-    hidden_sizes: tuple = static((64, 64))   # small nets suit classic control; (256, 256) for MuJoCo
+    n_step: int = static(1)  # n-step targets (the entropy bonus of the last step only)
+    network: str = static("mlp")  # "cnn" (MinAtar) only with discrete=True
+    hidden_sizes: tuple = static((64, 64))  # small nets suit classic control; (256, 256) for MuJoCo
     activation: str = static("relu")
-    autotune: bool = static(True)            # learn alpha; False keeps it at ``alpha``
+    autotune: bool = static(True)  # learn alpha; False keeps it at ``alpha``
     num_evals: int = static(10)
     eval_episodes: int = static(10)
     num_reports: int = static(50)
     # --- traced hyper-parameters
-    learning_rate: float = 1e-3              # actor, critics and temperature (Adam)
+    learning_rate: float = 1e-3  # actor, critics and temperature (Adam)
     gamma: float = 0.99
-    tau: float = 0.005                       # Polyak rate of the target critics
-    alpha: float = 0.2                       # the fixed temperature, or the initial one with autotune
-    target_entropy: Any = None               # None: -|A| (continuous), 0.5 log |A| (discrete)
+    tau: float = 0.005  # Polyak rate of the target critics
+    alpha: float = 0.2  # the fixed temperature, or the initial one with autotune
+    target_entropy: Any = None  # None: -|A| (continuous), 0.5 log |A| (discrete)
 
     def __post_init__(self):
         object.__setattr__(self, "env_kwargs", freeze_mapping(self.env_kwargs, "env_kwargs"))
@@ -72,12 +72,16 @@ class Config(offpolicy.ReplaySchedule):
         self.check_schedule()
         spec = envs.config_spec(self)
         if self.discrete and not spec.discrete:
-            raise ValueError(f"discrete=True needs a Discrete action space; env_id {self.env_id!r} has a "
-                             f"continuous (Box) action space of shape {spec.action_shape}")
+            raise ValueError(
+                f"discrete=True needs a Discrete action space; env_id {self.env_id!r} has a "
+                f"continuous (Box) action space of shape {spec.action_shape}"
+            )
         if not self.discrete:
             if spec.discrete:
-                raise ValueError(f"env_id {self.env_id!r} has {spec.num_actions} discrete actions: "
-                                 "set discrete=True for SAC's categorical policy")
+                raise ValueError(
+                    f"env_id {self.env_id!r} has {spec.num_actions} discrete actions: "
+                    "set discrete=True for SAC's categorical policy"
+                )
             offpolicy.require_box_actions(self, "SAC")
         require_network(self, spec.obs_shape)
         if self.network != "mlp" and not self.discrete:
@@ -86,16 +90,16 @@ class Config(offpolicy.ReplaySchedule):
 
 @struct.dataclass
 class State:
-    params: dict            # {"actor": flax params}: all ``act`` needs
-    critic_params: Any      # twin critics' flax params (leading [2] axis)
-    target_params: dict     # {"critic": ...}
-    log_alpha: jax.Array    # float32 scalar: log of the entropy temperature
-    opt_state: dict         # {"actor": ..., "critic": ..., "alpha": ...}
-    buffer: Any             # replay.ReplayState
-    env_state: Any          # batched env state [num_envs]
-    obs: Any                # [num_envs, *obs_shape]
-    timesteps: jax.Array    # int32 env steps so far
-    updates: jax.Array      # int32 gradient updates so far
+    params: dict  # {"actor": flax params}: all ``act`` needs
+    critic_params: Any  # twin critics' flax params (leading [2] axis)
+    target_params: dict  # {"critic": ...}
+    log_alpha: jax.Array  # float32 scalar: log of the entropy temperature
+    opt_state: dict  # {"actor": ..., "critic": ..., "alpha": ...}
+    buffer: Any  # replay.ReplayState
+    env_state: Any  # batched env state [num_envs]
+    obs: Any  # [num_envs, *obs_shape]
+    timesteps: jax.Array  # int32 env steps so far
+    updates: jax.Array  # int32 gradient updates so far
 
 
 # ----------------------------------------------------------------------------- set-up
@@ -111,8 +115,14 @@ def _action_dim(config: Config) -> int:
 
 
 def make_actor(config: Config) -> Actor:
-    return Actor(_action_dim(config), "categorical" if config.discrete else "gaussian", config.network,
-                 config.hidden_sizes, config.activation, len(env_spec(config).obs_shape))
+    return Actor(
+        _action_dim(config),
+        "categorical" if config.discrete else "gaussian",
+        config.network,
+        config.hidden_sizes,
+        config.activation,
+        len(env_spec(config).obs_shape),
+    )
 
 
 def make_critic(config: Config):
@@ -120,8 +130,9 @@ def make_critic(config: Config):
     ``obs -> [2, B, num_actions]``."""
     obs_ndim = len(env_spec(config).obs_shape)
     if config.discrete:
-        return ensemble(QNetwork, 2)(_action_dim(config), config.network, config.hidden_sizes, config.activation,
-                                     obs_ndim)
+        return ensemble(QNetwork, 2)(
+            _action_dim(config), config.network, config.hidden_sizes, config.activation, obs_ndim
+        )
     return ensemble(ContinuousQ, 2)(config.hidden_sizes, config.activation, obs_ndim)
 
 
@@ -170,8 +181,11 @@ def init(key: jax.Array, config: Config) -> State:
         critic_params=critic_params,
         target_params={"critic": critic_params},
         log_alpha=log_alpha,
-        opt_state={"actor": optimizer.init(actor_params), "critic": optimizer.init(critic_params),
-                   "alpha": optimizer.init(log_alpha)},
+        opt_state={
+            "actor": optimizer.init(actor_params),
+            "critic": optimizer.init(critic_params),
+            "alpha": optimizer.init(log_alpha),
+        },
         buffer=offpolicy.init_buffer(obs, action, config),
         env_state=env_state,
         obs=obs,
@@ -220,8 +234,9 @@ def _soft_values(actor_params, critic_params, obs, key, config: Config):
     return jnp.min(make_critic(config).apply(critic_params, obs, action), axis=0), log_prob
 
 
-def critic_target(actor_params, target_critic_params, alpha: jax.Array, batch: dict, key: jax.Array,
-                  config: Config) -> jax.Array:
+def critic_target(
+    actor_params, target_critic_params, alpha: jax.Array, batch: dict, key: jax.Array, config: Config
+) -> jax.Array:
     """Soft TD targets ``[B]``: ``reward + discount * (1 - terminated) * V(s')`` with
     ``V(s') = E_{a' ~ pi}[min_i Q'_i(s', a') - alpha log pi(a'|s')]``."""
     next_q, next_log_prob = _soft_values(actor_params, target_critic_params, batch["next_obs"], key, config)
@@ -264,10 +279,19 @@ def update(state: State, batch: dict, key: jax.Array, config: Config):
     alpha = jnp.exp(state.log_alpha)
     target = critic_target(state.params["actor"], state.target_params["critic"], alpha, batch, target_key, config)
     critic_params, critic_opt, c_loss, q_mean = optim.step(
-        optimizer, critic_loss, state.critic_params, state.opt_state["critic"], target, batch, config)
+        optimizer, critic_loss, state.critic_params, state.opt_state["critic"], target, batch, config
+    )
     actor_params, actor_opt, a_loss, entropy = optim.step(
-        optimizer, actor_loss, state.params["actor"], state.opt_state["actor"], critic_params, alpha, batch["obs"],
-        actor_key, config)
+        optimizer,
+        actor_loss,
+        state.params["actor"],
+        state.opt_state["actor"],
+        critic_params,
+        alpha,
+        batch["obs"],
+        actor_key,
+        config,
+    )
 
     t_loss, grad = jax.value_and_grad(alpha_loss)(state.log_alpha, entropy, config)
     log_alpha, alpha_opt = state.log_alpha, state.opt_state["alpha"]
@@ -276,13 +300,21 @@ def update(state: State, batch: dict, key: jax.Array, config: Config):
         log_alpha = optax.apply_updates(log_alpha, updates)
 
     state = state.replace(
-        params={"actor": actor_params}, critic_params=critic_params,
+        params={"actor": actor_params},
+        critic_params=critic_params,
         target_params={"critic": offpolicy.polyak(state.target_params["critic"], critic_params, config.tau)},
-        log_alpha=log_alpha, opt_state={"actor": actor_opt, "critic": critic_opt, "alpha": alpha_opt},
+        log_alpha=log_alpha,
+        opt_state={"actor": actor_opt, "critic": critic_opt, "alpha": alpha_opt},
         updates=state.updates + 1,
     )
-    metrics = {"critic_loss": c_loss, "actor_loss": a_loss, "alpha_loss": t_loss, "q_mean": q_mean,
-               "alpha": alpha, "entropy": entropy}
+    metrics = {
+        "critic_loss": c_loss,
+        "actor_loss": a_loss,
+        "alpha_loss": t_loss,
+        "q_mean": q_mean,
+        "alpha": alpha,
+        "entropy": entropy,
+    }
     return state, metrics
 
 

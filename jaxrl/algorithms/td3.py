@@ -15,8 +15,23 @@ from flax import struct
 
 from jaxrl.algorithms import ddpg
 from jaxrl.algorithms.ddpg import (
-    LEARNER_METRICS, State, act, actor_loss, critic_loss, critic_target, env_spec, evaluate, init, make_actor,
-    make_critic, make_optimizer, program, step, train, update, warmup_step,
+    LEARNER_METRICS,
+    State,
+    act,
+    actor_loss,
+    critic_loss,
+    critic_target,
+    env_spec,
+    evaluate,
+    init,
+    make_actor,
+    make_critic,
+    make_optimizer,
+    program,
+    step,
+    train,
+    update,
+    warmup_step,
 )
 from jaxrl.config import static
 
@@ -33,7 +48,22 @@ class Config(ddpg.Config):
 
 
 __all__ = [  # the algorithm contract: DDPG's functions with this Config
-    "Config", "LEARNER_METRICS", "State", "act", "actor_loss", "critic_loss", "critic_target", "env_spec",
-    "evaluate", "init", "make_actor", "make_critic", "make_optimizer", "program", "step", "train",
-    "update", "warmup_step",
+    "Config",
+    "LEARNER_METRICS",
+    "State",
+    "act",
+    "actor_loss",
+    "critic_loss",
+    "critic_target",
+    "env_spec",
+    "evaluate",
+    "init",
+    "make_actor",
+    "make_critic",
+    "make_optimizer",
+    "program",
+    "step",
+    "train",
+    "update",
+    "warmup_step",
 ]

@@ -32,8 +32,8 @@ MAX_TD_ERROR = 1e6
 @struct.dataclass
 class PrioritizedState:
     replay: replay.ReplayState
-    tree: sumtree.SumTree     # over the R * N slots
-    max_priority: jax.Array   # float32: priority given to new transitions
+    tree: sumtree.SumTree  # over the R * N slots
+    max_priority: jax.Array  # float32: priority given to new transitions
 
 
 def init(example: PyTree, capacity: int, num_envs: int, max_bytes: int | None = None) -> PrioritizedState:
@@ -89,8 +89,9 @@ def priority(td_error: jax.Array, alpha: jax.Array, eps: jax.Array) -> jax.Array
     return (jnp.minimum(jnp.abs(td_error), MAX_TD_ERROR) + eps) ** alpha
 
 
-def update_priorities(state: PrioritizedState, index: Index, td_errors: jax.Array,
-                      alpha: jax.Array, eps: jax.Array = 1e-6) -> PrioritizedState:
+def update_priorities(
+    state: PrioritizedState, index: Index, td_errors: jax.Array, alpha: jax.Array, eps: jax.Array = 1e-6
+) -> PrioritizedState:
     """Set the priorities of the transitions at ``index`` from ``td_errors [B]``.
 
     ``alpha`` in [0, 1] (0 is uniform sampling), ``eps > 0``. Non-finite errors keep the

@@ -29,9 +29,9 @@ N_STEP_FIELDS = ("reward", "terminated", "truncated", "next_obs")
 
 @struct.dataclass
 class ReplayState:
-    data: PyTree          # leaves [R, N, ...]
-    cursor: jax.Array     # int32: the row the next add writes
-    size: jax.Array       # int32: rows filled so far (<= R)
+    data: PyTree  # leaves [R, N, ...]
+    cursor: jax.Array  # int32: the row the next add writes
+    size: jax.Array  # int32: rows filled so far (<= R)
 
     @property
     def num_rows(self) -> int:
@@ -89,8 +89,9 @@ def num_rows_for(capacity: int, num_envs: int) -> int:
     return -(-int(capacity) // int(num_envs))
 
 
-def init(example: PyTree, capacity: int, num_envs: int, max_bytes: int | None = None,
-         reserved_bytes: int = 0) -> ReplayState:
+def init(
+    example: PyTree, capacity: int, num_envs: int, max_bytes: int | None = None, reserved_bytes: int = 0
+) -> ReplayState:
     """An empty buffer for ``capacity`` transitions shaped like ``example``.
 
     Args:
@@ -125,7 +126,8 @@ def add_sequence(state: ReplayState, items: PyTree) -> ReplayState:
     if num_new == 1:  # the common case: a slice write, cheaper than a scatter
         data = jax.tree.map(
             lambda buf, x: jax.lax.dynamic_update_slice_in_dim(buf, x.astype(buf.dtype), state.cursor, 0),
-            state.data, items,
+            state.data,
+            items,
         )
     else:
         rows = written_rows(state, num_new)

@@ -22,18 +22,18 @@ SumTree = tuple  # of float32 arrays, root level first
 
 def depth_for(count: int, branching: int = BRANCHING) -> int:
     depth = 1
-    while branching ** depth < count:
+    while branching**depth < count:
         depth += 1
     return depth
 
 
 def init(count: int, branching: int = BRANCHING) -> SumTree:
     """A tree of zeros with room for ``count`` leaves."""
-    return tuple(jnp.zeros(branching ** d, jnp.float32) for d in range(depth_for(count, branching) + 1))
+    return tuple(jnp.zeros(branching**d, jnp.float32) for d in range(depth_for(count, branching) + 1))
 
 
 def nbytes(count: int, branching: int = BRANCHING) -> int:
-    return 4 * sum(branching ** d for d in range(depth_for(count, branching) + 1))
+    return 4 * sum(branching**d for d in range(depth_for(count, branching) + 1))
 
 
 def _branching(tree: SumTree) -> int:
@@ -75,7 +75,7 @@ def _choose_child(children: jax.Array, mass: jax.Array) -> tuple[jax.Array, jax.
     and selects, which XLA fuses into one elementwise loop (a cumsum, triangular matmul
     or argmax is a separate, slower op each on CPU)."""
     branching = children.shape[-1]
-    running = jnp.zeros_like(mass)                    # sum of the children left of k
+    running = jnp.zeros_like(mass)  # sum of the children left of k
     chosen = jnp.full(mass.shape, -1, jnp.int32)
     first = jnp.full(mass.shape, branching - 1, jnp.int32)
     before = jnp.zeros_like(mass)

@@ -29,9 +29,22 @@ from jaxrl.envs.wrappers import (
 )
 
 __all__ = [
-    "make", "EnvSpec", "spec", "config_spec", "registered_ids", "check_env_id", "steps_on_host",
-    "ClipAction", "EpisodeStatistics", "NormalizeObservation", "ScaleReward", "Wrapper",
-    "RunningStats", "running_stats_init", "running_stats_update", "normalize",
+    "make",
+    "EnvSpec",
+    "spec",
+    "config_spec",
+    "registered_ids",
+    "check_env_id",
+    "steps_on_host",
+    "ClipAction",
+    "EpisodeStatistics",
+    "NormalizeObservation",
+    "ScaleReward",
+    "Wrapper",
+    "RunningStats",
+    "running_stats_init",
+    "running_stats_update",
+    "normalize",
 ]
 
 
@@ -61,7 +74,7 @@ def check_env_id(env_id: str) -> None:
     if not isinstance(env_id, str):
         raise TypeError(f"env_id must be a string, got {env_id!r}")
     if env_id.startswith(GYMNASIUM_PREFIX):
-        _gymnasium_bridge().check_id(env_id[len(GYMNASIUM_PREFIX):])
+        _gymnasium_bridge().check_id(env_id[len(GYMNASIUM_PREFIX) :])
         return
     ids = registered_ids()
     if env_id not in ids:
@@ -81,15 +94,13 @@ def make(env_id: str, **env_param_overrides):
     """
     check_env_id(env_id)
     if env_id.startswith(GYMNASIUM_PREFIX):
-        return _gymnasium_bridge().make(env_id[len(GYMNASIUM_PREFIX):], **env_param_overrides)
+        return _gymnasium_bridge().make(env_id[len(GYMNASIUM_PREFIX) :], **env_param_overrides)
     env, params = gymnax.make(env_id)
     if env_param_overrides:
         known = [f.name for f in dataclasses.fields(params)]
         unknown = sorted(set(env_param_overrides) - set(known))
         if unknown:
-            raise ValueError(
-                f"unknown env parameter(s) {unknown} for {env_id!r}; its parameters are {known}"
-            )
+            raise ValueError(f"unknown env parameter(s) {unknown} for {env_id!r}; its parameters are {known}")
         params = params.replace(**env_param_overrides)
     return env, params
 
@@ -145,7 +156,7 @@ def spec(env, env_params) -> EnvSpec:
     raise ValueError(f"unsupported action space {type(action_space).__name__} for {env.name}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cached_spec(env_id: str, env_kwargs: tuple) -> EnvSpec:
     return spec(*make(env_id, **dict(env_kwargs)))
 

@@ -55,16 +55,23 @@ try:
     import gymnasium
     from gymnasium.vector import AutoresetMode
 except ImportError as error:  # pragma: no cover - depends on the installation
-    raise ImportError(
-        "'gymnasium:' env ids need the gymnasium package: pip install 'jaxrl[gymnasium]'"
-    ) from error
+    raise ImportError("'gymnasium:' env ids need the gymnasium package: pip install 'jaxrl[gymnasium]'") from error
 
 from jaxrl.envs import GYMNASIUM_PREFIX as PREFIX  # noqa: E402 - after the import check above
 
 VECTORIZATION_MODES = ("sync", "async")
 
-__all__ = ["PREFIX", "GymnasiumEnv", "GymnasiumParams", "GymnasiumState", "GymnasiumEnvError", "make",
-           "check_id", "vector_env", "close_all"]
+__all__ = [
+    "PREFIX",
+    "GymnasiumEnv",
+    "GymnasiumParams",
+    "GymnasiumState",
+    "GymnasiumEnvError",
+    "make",
+    "check_id",
+    "vector_env",
+    "close_all",
+]
 
 
 class GymnasiumEnvError(RuntimeError):
@@ -85,8 +92,8 @@ class GymnasiumState:
     """One lane's reference to its host env (all int32 scalars)."""
 
     handle: jax.Array  # which reset's vector env
-    lane: jax.Array    # the sub-env within it
-    count: jax.Array   # steps taken since that reset (to detect stale copies)
+    lane: jax.Array  # the sub-env within it
+    count: jax.Array  # steps taken since that reset (to detect stale copies)
 
 
 # ----------------------------------------------------------------------------- spaces
@@ -165,17 +172,22 @@ class _HostSpec:
     obs_shape: tuple
     obs_dtype: np.dtype
     discrete: bool
-    action_start: int        # Discrete actions: Gymnasium's ``start``
-    action_shape: tuple      # () for Discrete actions
-    action_dtype: np.dtype   # Box actions: the dtype Gymnasium expects
+    action_start: int  # Discrete actions: Gymnasium's ``start``
+    action_shape: tuple  # () for Discrete actions
+    action_dtype: np.dtype  # Box actions: the dtype Gymnasium expects
 
     def make_vector_env(self, num_envs: int):
         vector_kwargs = {"autoreset_mode": AutoresetMode.SAME_STEP}
         if self.vectorization_mode == "async":
             # Forking a process that runs JAX's threads can deadlock the child.
             vector_kwargs["context"] = "spawn"
-        return gymnasium.make_vec(self.env_id, num_envs=num_envs, vectorization_mode=self.vectorization_mode,
-                                  vector_kwargs=vector_kwargs, **self.make_kwargs)
+        return gymnasium.make_vec(
+            self.env_id,
+            num_envs=num_envs,
+            vectorization_mode=self.vectorization_mode,
+            vector_kwargs=vector_kwargs,
+            **self.make_kwargs,
+        )
 
     def actions_from_bits(self, bits: np.ndarray) -> np.ndarray:
         """Actions ``[B, *action_shape]`` (int32 or float32) from their int32 bits ``[B, A]``."""
@@ -206,8 +218,9 @@ def _probe(env_id: str, make_kwargs: dict):
     try:
         env = gymnasium.make(env_id, **make_kwargs)
     except Exception as error:
-        raise ValueError(f"gymnasium.make({env_id!r}, **{make_kwargs!r}) failed: {type(error).__name__}: {error}") \
-            from error
+        raise ValueError(
+            f"gymnasium.make({env_id!r}, **{make_kwargs!r}) failed: {type(error).__name__}: {error}"
+        ) from error
     try:
         answer = (env.observation_space, env.action_space, env.spec.max_episode_steps if env.spec else None)
     finally:
@@ -235,8 +248,10 @@ def make(env_id: str, vectorization_mode: str = "sync", **make_kwargs):
     if vectorization_mode not in VECTORIZATION_MODES:
         raise ValueError(f"vectorization_mode must be one of {list(VECTORIZATION_MODES)}, got {vectorization_mode!r}")
     if "num_envs" in make_kwargs:
-        raise ValueError("num_envs is not an argument of a Gymnasium env: each reset makes one host env per "
-                         "vmapped lane (set the algorithm's num_envs)")
+        raise ValueError(
+            "num_envs is not an argument of a Gymnasium env: each reset makes one host env per "
+            "vmapped lane (set the algorithm's num_envs)"
+        )
     if "max_steps_in_episode" in make_kwargs:
         if "max_episode_steps" in make_kwargs:
             raise ValueError("give max_episode_steps or max_steps_in_episode, not both")
@@ -260,10 +275,15 @@ class GymnasiumEnv:
         self._max_steps = max_steps
         discrete = isinstance(self._action_space, spaces.Discrete)
         self._host = _HostSpec(
-            env_id=env_id, make_kwargs=dict(make_kwargs), vectorization_mode=vectorization_mode,
-            obs_shape=tuple(self._observation_space.shape), obs_dtype=np.dtype(self._observation_space.dtype),
-            discrete=discrete, action_start=int(act_space.start) if discrete else 0,
-            action_shape=tuple(self._action_space.shape), action_dtype=np.dtype(act_space.dtype),
+            env_id=env_id,
+            make_kwargs=dict(make_kwargs),
+            vectorization_mode=vectorization_mode,
+            obs_shape=tuple(self._observation_space.shape),
+            obs_dtype=np.dtype(self._observation_space.dtype),
+            discrete=discrete,
+            action_start=int(act_space.start) if discrete else 0,
+            action_shape=tuple(self._action_space.shape),
+            action_dtype=np.dtype(act_space.dtype),
         )
         # The resets traced from this object: they own the host envs, so these stay open
         # while the object is alive as well as while a compiled program using them is.
@@ -311,12 +331,15 @@ class GymnasiumEnv:
         action = jnp.reshape(jnp.asarray(action, self._action_space.dtype), self._action_space.shape)
         # One int32 array in, two arrays out: JAX copies every callback argument and
         # result on its own, at a cost per array that exceeds a CartPole step.
-        packed = jnp.concatenate([jnp.stack([state.handle, state.lane, state.count]).astype(jnp.int32),
-                                  _bits(action).reshape(-1)])
+        packed = jnp.concatenate(
+            [jnp.stack([state.handle, state.lane, state.count]).astype(jnp.int32), _bits(action).reshape(-1)]
+        )
         obs_pair, scalars = _batched_callback(
             _step_host,
-            (jax.ShapeDtypeStruct((2,) + self._host.obs_shape, self._host.obs_dtype),
-             jax.ShapeDtypeStruct((4,), jnp.int32)),
+            (
+                jax.ShapeDtypeStruct((2,) + self._host.obs_shape, self._host.obs_dtype),
+                jax.ShapeDtypeStruct((4,), jnp.int32),
+            ),
             packed,
         )
         obs, final_obs = obs_pair[0], obs_pair[1]
@@ -503,8 +526,9 @@ class _ResetSite:
             try:
                 vector_env = self.host.make_vector_env(num_envs)
             except Exception as error:
-                raise GymnasiumEnvError(f"could not make {num_envs} Gymnasium env(s) {self.host.env_id!r}: "
-                                        f"{type(error).__name__}: {error}") from error
+                raise GymnasiumEnvError(
+                    f"could not make {num_envs} Gymnasium env(s) {self.host.env_id!r}: {type(error).__name__}: {error}"
+                ) from error
             batch = _Batch(self.host, vector_env, num_envs)
         obs = batch.reset(seeds)
         with _LOCK:

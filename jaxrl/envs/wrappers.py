@@ -15,7 +15,6 @@ import jax.numpy as jnp
 from flax import struct
 from gymnax.environments import spaces
 
-
 # --------------------------------------------------------------------------------------
 # Running mean / variance, as pure functions over a small pytree.
 

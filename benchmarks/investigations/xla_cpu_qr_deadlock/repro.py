@@ -25,6 +25,7 @@ LAYERS = [(4, 64), (64, 64), (64, 2), (4, 64), (64, 64), (64, 1)]  # actor, then
 
 def gram_schmidt_orthogonal(scale):
     """Haar-orthogonal rows or columns from matrix-vector products only."""
+
     def init(key, shape, dtype=jnp.float32):
         rows, columns = shape
         matrix = jax.random.normal(key, (max(shape), min(shape)), dtype)
