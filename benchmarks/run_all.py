@@ -12,7 +12,7 @@ exit status, wall time and date. RESULTS.md then holds the machine, the versions
 per script those and its tables (raw JSON left in the per-script files), for every
 script with results there: ``--only`` reruns some and keeps the others' last results,
 ``--only`` with no script just reassembles. A script that fails is reported there and
-the rest still run.
+the rest still run. The hand-written one-off measurements in ``HAND_WRITTEN`` follow.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ SCRIPTS = {
     "sweep_scaling": ([], ["--lanes", "1", "4", "--total-timesteps", "8192"], True),
     "gymnasium_bridge": ([], ["--quick"], False),
 }
+# one-off measurements written by hand (command beside each table), appended as they are
+HAND_WRITTEN = ("investigations/core_cleanup.md",)
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "gymnax", "numpy", "rejax", "flashbax", "gymnasium")
 
 
@@ -149,6 +151,9 @@ def main(argv=None) -> int:
             "",
         ]
         lines += [run["tables"] or f"(no tables: see `benchmarks/results/{run['name']}.log`)", ""]
+    for name in HAND_WRITTEN:
+        with open(os.path.join(HERE, name)) as f:
+            lines += [f.read().strip(), "", f"(from `benchmarks/{name}`)", ""]
     with open(args.out, "w") as f:
         f.write("\n".join(lines))
     print(f"wrote {args.out}")

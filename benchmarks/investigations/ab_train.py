@@ -4,13 +4,15 @@
 
 ``ALGO``: an entry of ``benchmarks/throughput.py`` (``ppo``, ``dqn``, ``sac``, ``td3`` ...:
 its settings, ``STEPS`` env steps per seed), ``rainbow`` (``dqn.rainbow("CartPole-v1")``)
-or ``bridge`` (PPO's defaults on ``gymnasium:CartPole-v1``, no evaluation). ``TREE`` is the jaxrl checkout to
+``bridge`` (PPO's defaults on ``gymnasium:CartPole-v1``, no evaluation) or
+``cell:NAME`` (a cell of ``benchmarks/time_to_solve.py``, e.g. ``cell:cartpole-dqn``). ``TREE`` is the jaxrl checkout to
 time (e.g. a ``git worktree`` of another commit). Compiles ``jit(vmap(train))`` over
 ``SEEDS`` seeds once, runs it ``RUNS`` times (default 3) and prints the compile time and
 the fastest run. Alternate trees run after run: this machine's speed drifts by several
 percent over minutes.
 """
 
+import importlib
 import os
 import sys
 import time
@@ -26,6 +28,12 @@ def make_config(name: str, steps: int):
 
     if name == "bridge":
         return ppo, ppo.Config(env_id="gymnasium:CartPole-v1", total_timesteps=steps, num_evals=0, num_reports=0)
+    if name.startswith("cell:"):
+        import time_to_solve
+
+        cell = time_to_solve.CELLS[name.removeprefix("cell:")]
+        config = cell.config().replace(total_timesteps=steps)
+        return importlib.import_module(f"jaxrl.algorithms.{cell.algorithm}"), config
     if name == "rainbow":
         return dqn, dqn.rainbow("CartPole-v1", total_timesteps=steps, num_reports=0)
     import throughput
