@@ -159,3 +159,37 @@ def test_importing_every_jaxrl_module_changes_nothing_process_wide():
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     result = subprocess.run([sys.executable, "-c", IMPORT_CHECK], capture_output=True, text=True, timeout=300, env=env)
     assert result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+
+
+RBG_RUN = """
+import shutil, sys
+import jax
+jax.config.update("jax_default_prng_impl", "unsafe_rbg")
+import numpy as np
+from jaxrl import runner
+from jaxrl.algorithms import dqn
+
+def plain(leaf):
+    return jax.random.key_data(leaf) if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) else leaf
+
+config = dqn.Config(num_envs=2, num_steps=4, total_timesteps=256, hidden_sizes=(8,), batch_size=8,
+                    buffer_size=64, learning_starts=32, num_evals=2, eval_episodes=1, num_reports=0)
+kwargs = dict(seeds=2, chunk_iterations=8, checkpoint_every=1)
+straight = runner.run("dqn", config, logdir=sys.argv[1] + "/straight", **kwargs)
+assert jax.random.key_data(jax.random.key(0)).shape == (4,)
+shutil.copytree(sys.argv[1] + "/straight", sys.argv[1] + "/resumed")
+shutil.rmtree(sys.argv[1] + "/resumed/checkpoints/32")
+resumed = runner.run("dqn", config, logdir=sys.argv[1] + "/resumed", resume=True, **kwargs)
+for ours, theirs in zip(jax.tree.leaves(resumed.state), jax.tree.leaves(straight.state)):
+    np.testing.assert_array_equal(plain(ours), plain(theirs))
+for name, values in straight.metrics.items():
+    np.testing.assert_array_equal(resumed.metrics[name], values, err_msg=name)
+print("ok")
+"""
+
+
+def test_the_readme_rbg_opt_in_trains_and_resumes_exactly(tmp_path):
+    """README's performance note: ``jax_default_prng_impl="unsafe_rbg"`` (keys of four
+    words, not two) trains, checkpoints and resumes a replay-buffer run exactly."""
+    result = subprocess.run([sys.executable, "-c", RBG_RUN, str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert result.stdout.strip().endswith("ok"), result.stderr[-3000:]
