@@ -77,10 +77,10 @@ def test_make_and_spec_every_registered_id(env_id):
     assert s.max_episode_steps == int(params.max_steps_in_episode)
 
 
-def test_registered_ids_are_gymnax_ids():
+def test_registered_ids_are_gymnax_ids_and_jaxrl_own():
     ids = envs.registered_ids()
-    assert sorted(ids) == sorted(gymnax.registered_envs)
-    assert {"CartPole-v1", "Pendulum-v1", "Breakout-MinAtar"} <= set(ids)
+    assert set(gymnax.registered_envs) <= set(ids) and len(ids) == len(set(ids))
+    assert {"CartPole-v1", "Pendulum-v1", "Breakout-MinAtar", "MaskedCartPole-v1", "MaskedPendulum-v1"} <= set(ids)
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1", "Breakout-MinAtar", "FrozenLake-misc"])
