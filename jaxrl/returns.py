@@ -131,6 +131,67 @@ def n_step_targets(r_t: Array, v_next_t: Array, terminated_t: Array, truncated_t
     return target.astype(dtype)
 
 
+def value_rescale(x: Array, eps: float = 1e-3) -> Array:
+    """R2D2's invertible value rescaling ``h(x) = sign(x) (sqrt(|x| + 1) - 1) + eps x``
+    (Pohlen et al., 2018, arXiv:1805.11593; Kapturowski et al., 2019).
+
+    Args: ``x`` any shape; ``eps >= 0`` scalar (may be traced). Returns ``h(x)``, same shape.
+    """
+    abs_x = jnp.abs(x)
+    # sqrt(a + 1) - 1 written as a / (sqrt(a + 1) + 1): no cancellation for small |x|.
+    return jnp.sign(x) * abs_x / (jnp.sqrt(abs_x + 1.0) + 1.0) + eps * x
+
+
+def value_unrescale(y: Array, eps: float = 1e-3) -> Array:
+    """The exact inverse of :func:`value_rescale`,
+    ``h^-1(y) = sign(y) (((sqrt(1 + 4 eps (|y| + 1 + eps)) - 1) / (2 eps)) ** 2 - 1)``.
+
+    Computed as ``|y| (s + 1) / (1 + eps (s + 1))`` with ``s = sqrt(|x| + 1)`` solved
+    from ``|y| = (s - 1) (1 + eps (s + 1))``, which has no cancellation and allows
+    ``eps = 0``. Args: ``y`` any shape; ``eps >= 0`` scalar (may be traced).
+    """
+    abs_y = jnp.abs(y)
+    b = 1.0 + eps + abs_y
+    s = 2.0 * b / (1.0 + jnp.sqrt(1.0 + 4.0 * eps * b))  # the positive root of eps s^2 + s - b
+    return jnp.sign(y) * abs_y * (s + 1.0) / (1.0 + eps * (s + 1.0))
+
+
+def double_q_n_step_targets(
+    r_t: Array,
+    q_next_online_t: Array,
+    q_next_target_t: Array,
+    terminated_t: Array,
+    truncated_t: Array,
+    gamma: float,
+    n: int,
+    rescale_eps: float | None = None,
+) -> Array:
+    """n-step double-Q targets over a sequence, optionally value-rescaled as in R2D2
+    (van Hasselt et al., 2016, arXiv:1509.06461; Kapturowski et al., 2019).
+
+    ``v_next_t = q_next_target_t[a*]`` with ``a* = argmax_a q_next_online_t[a]``, then
+    :func:`n_step_targets` (bootstrapped through truncation and at the sequence end,
+    stopped at termination). With ``rescale_eps`` the Q-values are rescaled ones:
+    ``h(n_step_targets(..., h^-1(v_next_t)))`` with ``h`` = :func:`value_rescale`.
+
+    Args:
+      r_t, terminated_t, truncated_t: ``[T, ...]`` as in the module docstring.
+      q_next_online_t, q_next_target_t: ``[T, ..., A]`` online / target network
+        Q-values of the state each step reached, before any auto-reset.
+      gamma: scalar (may be traced); n: static int >= 1; rescale_eps: ``None`` for no
+        rescaling, else ``h``'s ``eps`` (may be traced).
+    Returns the targets ``[T, ...]`` (in rescaled units with ``rescale_eps``).
+    """
+    chex.assert_equal_shape([q_next_online_t, q_next_target_t])
+    chex.assert_shape(q_next_online_t, r_t.shape + (None,))
+    action = jnp.argmax(q_next_online_t, axis=-1)
+    v_next_t = jnp.take_along_axis(q_next_target_t, action[..., None], axis=-1)[..., 0]
+    if rescale_eps is None:
+        return n_step_targets(r_t, v_next_t, terminated_t, truncated_t, gamma, n)
+    v_next_t = value_unrescale(v_next_t, rescale_eps)
+    return value_rescale(n_step_targets(r_t, v_next_t, terminated_t, truncated_t, gamma, n), rescale_eps)
+
+
 class VTraceOutput(NamedTuple):
     vs: Array  # [T, ...] V-trace value targets
     pg_advantages: Array  # [T, ...] clipped-rho policy-gradient advantages
