@@ -96,14 +96,17 @@ def collect_dataset(
     num_steps: int,
     num_envs: int = 1,
     env_kwargs: dict | None = None,
+    carry=(),
 ) -> Dataset:
     """Record ``num_steps`` transitions of a policy on ``num_envs`` parallel envs.
 
     Args:
-      act_fn: ``act_fn(params, obs [N, *obs_shape], key) -> action [N, *action_shape]``,
-        as for :func:`jaxrl.evaluation.evaluate`, e.g.
+      act_fn: ``act_fn(params, obs [N, *obs_shape], carry, key) -> (action [N,
+        *action_shape], carry)``, as for :func:`jaxrl.evaluation.evaluate`, e.g.
         ``functools.partial(ppo.act, config=config, deterministic=True)``.
       params: whatever ``act_fn`` needs (``state.params``).
+      carry: the policy's memory before the first steps (the algorithm's
+        ``initial_carry(config, num_envs)``), reset where episodes end; ``()`` without.
       env_id: a gymnax env id; ``env_kwargs`` overrides its ``EnvParams`` fields.
       num_steps: total transitions ``S``; must be a multiple of ``num_envs`` (each env
         runs ``S / num_envs`` steps from a fresh reset, auto-resetting as episodes end).
@@ -122,24 +125,24 @@ def collect_dataset(
     steps_per_env = num_steps // num_envs
 
     @jax.jit
-    def run(params, key):  # params as an argument, not a closure: no weights baked into the program
-        def policy(obs, policy_key):
-            action = act_fn(params, obs, policy_key)
+    def run(params, carry, key):  # params and carry as arguments, not a closure: no weights baked into the program
+        def policy(obs, policy_carry, policy_key):
+            action, policy_carry = act_fn(params, obs, policy_carry, policy_key)
             expected = (num_envs,) + spec.action_shape
             if action.shape != expected:
                 raise ValueError(f"act_fn returned actions of shape {action.shape}, expected {expected} for {env_id}")
             if spec.discrete:
-                return action.astype(jnp.int32), {}
-            return jnp.clip(action, spec.action_low, spec.action_high), {}
+                return action.astype(jnp.int32), policy_carry, {}
+            return jnp.clip(action, spec.action_low, spec.action_high), policy_carry, {}
 
         reset_key, run_key = jax.random.split(key)
         obs, env_state = rollout.reset(env, env_params, reset_key, num_envs)
-        trajectory, _, _ = rollout.collect(env, env_params, policy, env_state, obs, run_key, steps_per_env)
+        trajectory, *_ = rollout.collect(env, env_params, policy, env_state, obs, run_key, steps_per_env, carry)
         # [T, N, ...] -> [N, T, ...] -> [N * T, ...]: each env's steps stay contiguous.
         flat = lambda x: jnp.swapaxes(x, 0, 1).reshape((num_steps,) + x.shape[2:])  # noqa: E731
         return Dataset(**{name: flat(getattr(trajectory, name)) for name in FIELDS}, env_id=env_id, num_envs=num_envs)
 
-    return run(params, key)
+    return run(params, carry, key)
 
 
 # ----------------------------------------------------------------------------- checking

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl import envs
+from jaxrl.networks import reset_carry
 
 
 class EvalResult(NamedTuple):
@@ -33,14 +34,23 @@ def _any_in_batch_rule(axis_size, in_batched, x):
 
 
 def evaluate(
-    act_fn: Callable, params, env, key: jax.Array, num_episodes: int, env_params=None, max_steps: int | None = None
+    act_fn: Callable,
+    params,
+    env,
+    key: jax.Array,
+    num_episodes: int,
+    env_params=None,
+    max_steps: int | None = None,
+    carry=(),
 ) -> EvalResult:
     """Run ``num_episodes`` episodes in parallel, each to its first end.
 
     Args:
-      act_fn: ``act_fn(params, obs [E, ...], key) -> action [E, ...]``, typically the
-        algorithm's ``act`` with ``deterministic=True`` bound.
+      act_fn: ``act_fn(params, obs [E, ...], carry, key) -> (action [E, ...], carry)``,
+        typically the algorithm's ``act`` with ``deterministic=True`` bound.
       params: whatever ``act_fn`` needs (``state.params``).
+      carry: the policy's memory before the episodes' first steps, leaves ``[E, ...]``
+        (the algorithm's ``initial_carry(config, E)``); ``()`` without memory.
       env: an env id (made with :func:`jaxrl.envs.make`) or a gymnax-API env.
       env_params: the env's params (defaults to those ``make`` gives / the env's own).
       max_steps: steps to simulate (static); defaults to ``env_params.max_steps_in_episode``.
@@ -68,16 +78,16 @@ def evaluate(
         return (t < max_steps) & any_in_batch(running)
 
     def body(carry):
-        t, obs, env_state, total, length, running = carry
+        t, obs, env_state, policy_carry, total, length, running = carry
         act_key, env_key = jax.random.split(jax.random.fold_in(run_key, t))
-        action = act_fn(params, obs, act_key)
+        action, policy_carry = act_fn(params, obs, policy_carry, act_key)
         obs, env_state, reward, terminated, truncated, _ = step(
             jax.random.split(env_key, num_episodes), env_state, action, env_params
         )
         total = total + jnp.where(running, reward, 0.0)
         length = length + running.astype(jnp.int32)
         running = running & ~(terminated | truncated)
-        return t + 1, obs, env_state, total, length, running
+        return t + 1, obs, env_state, reset_carry(policy_carry, ~running), total, length, running
 
     # A while loop stops as soon as every episode has ended (early in training most
     # end long before the time limit). Under vmap it runs while any episode of any
@@ -87,18 +97,21 @@ def evaluate(
         jnp.zeros((), jnp.int32),
         obs,
         env_state,
+        carry,
         jnp.zeros(num_episodes),
         jnp.zeros(num_episodes, jnp.int32),
         jnp.ones(num_episodes, bool),
     )
-    _, _, _, total, length, _ = jax.lax.while_loop(cond, body, init)
+    *_, total, length, _ = jax.lax.while_loop(cond, body, init)
     return EvalResult(total, length)
 
 
-def evaluate_config(act: Callable, params, key: jax.Array, config) -> EvalResult:
+def evaluate_config(act: Callable, initial_carry: Callable, params, key: jax.Array, config) -> EvalResult:
     """An algorithm's deterministic evaluation: ``config.eval_episodes`` episodes of
-    ``act(params, obs, key, config, deterministic=True)`` on the config's env (without
-    training-time wrappers such as reward scaling)."""
+    ``act(params, obs, carry, key, config, deterministic=True)`` from
+    ``initial_carry(config, eval_episodes)`` on the config's env (without training-time
+    wrappers such as reward scaling)."""
     env, env_params = envs.make(config.env_id, **dict(config.env_kwargs))
     act_fn = functools.partial(act, config=config, deterministic=True)
-    return evaluate(act_fn, params, env, key, config.eval_episodes, env_params)
+    carry = initial_carry(config, config.eval_episodes)
+    return evaluate(act_fn, params, env, key, config.eval_episodes, env_params, carry=carry)

@@ -98,12 +98,108 @@ def torso(kind: str, hidden_sizes, activation: str, obs_ndim: int) -> nn.Module:
     raise ValueError(f"network must be 'mlp' or 'cnn', got {kind!r}")
 
 
-class ActorCritic(nn.Module):
-    """Separate actor and critic torsos with a policy head and a scalar value head.
+MEMORY_KINDS = ("none", "gru", "lstm")
 
-    Discrete: returns ``(logits [..., num_actions], value [...])``.
-    Continuous: returns ``((mean [..., A], log_std [A]), value [...])`` with a
-    state-independent learned ``log_std``.
+
+def require_memory(kind: str) -> None:
+    if kind not in MEMORY_KINDS:
+        raise ValueError(f"memory must be one of {MEMORY_KINDS}, got {kind!r}")
+
+
+def initial_carry(kind: str, size: int, batch_size: int):
+    """The carry of a recurrent core of ``kind`` before an episode's first step: zeros,
+    ``[batch_size, size]`` for a GRU, a ``(cell, hidden)`` pair of those for an LSTM,
+    ``()`` for ``"none"`` (a feed-forward network)."""
+    require_memory(kind)
+    if kind == "none":
+        return ()
+    zeros = jnp.zeros((batch_size, size), jnp.float32)
+    return (zeros, zeros) if kind == "lstm" else zeros
+
+
+def reset_carry(carry, done: jax.Array):
+    """``carry`` (leaves ``[B, ...]``) with the rows where ``done [B]`` is True set back
+    to the initial (zero) carry: the reset at an episode's end."""
+    return jax.tree.map(lambda c: jnp.where(done.reshape(done.shape + (1,) * (c.ndim - 1)), 0.0, c), carry)
+
+
+def _gate_blocks(gates: int):
+    """An initializer for a ``[H, gates * H]`` recurrent kernel: an orthogonal ``[H, H]``
+    block per gate, as a cell with one recurrent matrix per gate starts."""
+
+    def init(key, shape, dtype=jnp.float32):
+        size = shape[0]
+        return jnp.concatenate([orthogonal(1.0)(k, (size, size), dtype) for k in jax.random.split(key, gates)], axis=1)
+
+    return init
+
+
+class RecurrentCore(nn.Module):
+    """A GRU or LSTM (``kind``, ``size`` units) run over a sequence, its carry reset to
+    zeros before every step that starts a new episode.
+
+    ``__call__(carry, x [T, B, F], reset [T, B]) -> (carry, y [T, B, size])``: ``carry``
+    is the state entering step 0 (as :func:`initial_carry` builds it: ``h [B, size]``
+    for a GRU, ``(c, h)`` for an LSTM), ``reset[t]`` True where step ``t`` begins a new
+    episode; returns the carry after the last step and the hidden state at every step.
+
+    The cells compute ``flax.linen.GRUCell``'s and ``OptimizedLSTMCell``'s equations
+    with their initialisation (lecun-normal input kernels, an orthogonal recurrent block
+    per gate, zero biases), laid out for a sequence: the input's share of every gate is
+    one ``[T * B, F] @ [F, gates * size]`` product before the loop, and each step
+    multiplies the hidden state by one ``[size, gates * size]`` kernel. Parameters:
+    ``input`` (a dense layer), ``hidden_kernel`` and, for a GRU, ``hidden_bias`` (the
+    candidate's recurrent bias). Gate order: GRU ``r, z, n``; LSTM ``i, f, g, o``.
+    """
+
+    kind: str
+    size: int
+
+    @nn.compact
+    def __call__(self, carry, x, reset):
+        gates = 3 if self.kind == "gru" else 4
+        # Outside the loop: the loop then carries one small product per step, not one per gate.
+        projected = nn.Dense(gates * self.size, name="input")(x.astype(jnp.float32))
+        kernel = self.param("hidden_kernel", _gate_blocks(gates), (self.size, gates * self.size))
+        if self.kind == "gru":
+            bias = self.param("hidden_bias", nn.initializers.zeros_init(), (self.size,))
+
+            def cell(h, projected_t):
+                x_r, x_z, x_n = jnp.split(projected_t, 3, axis=-1)
+                h_r, h_z, h_n = jnp.split(h @ kernel, 3, axis=-1)
+                r, z = jax.nn.sigmoid(x_r + h_r), jax.nn.sigmoid(x_z + h_z)
+                n = jnp.tanh(x_n + r * (h_n + bias))
+                h = (1.0 - z) * n + z * h
+                return h, h
+
+        else:
+
+            def cell(carry, projected_t):
+                c, h = carry
+                i, f, g, o = jnp.split(projected_t + h @ kernel, 4, axis=-1)
+                c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+                h = jax.nn.sigmoid(o) * jnp.tanh(c)
+                return (c, h), h
+
+        def step(carry, inputs):
+            projected_t, reset_t = inputs
+            return cell(reset_carry(carry, reset_t), projected_t)
+
+        return jax.lax.scan(step, carry, (projected, reset))
+
+
+class ActorCritic(nn.Module):
+    """An actor-critic: a policy head and a scalar value head.
+
+    Feed-forward (``memory="none"``): separate actor and critic torsos; ``obs`` has any
+    leading dims ``[...]``. Recurrent (``"gru"`` / ``"lstm"``): one torso, then a
+    :class:`RecurrentCore` of ``memory_size`` units shared by both heads; ``obs`` is a
+    sequence ``[T, B, *obs_shape]``, ``carry`` the core's state entering it and
+    ``reset [T, B]`` marks the steps that begin an episode.
+
+    ``__call__(obs, carry=(), reset=None) -> (policy_out, value [...], carry)``, with
+    ``policy_out`` the logits ``[..., num_actions]`` (discrete) or ``(mean [..., A],
+    log_std [A])`` with a state-independent learned ``log_std`` (continuous).
     """
 
     action_dim: int
@@ -113,24 +209,32 @@ class ActorCritic(nn.Module):
     activation: str = "tanh"
     obs_ndim: int = 1
     log_std_init: float = 0.0
+    memory: str = "none"
+    memory_size: int = 128
 
     def setup(self):
-        self.actor_torso = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)
-        self.critic_torso = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)
+        require_memory(self.memory)
+        if self.memory == "none":
+            self.actor_torso = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)
+            self.critic_torso = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)
+        else:
+            self.torso = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)
+            self.core = RecurrentCore(self.memory, self.memory_size)
         self.policy_head = nn.Dense(self.action_dim, kernel_init=orthogonal(0.01))
         self.value_head = nn.Dense(1, kernel_init=orthogonal(1.0))
         if not self.discrete:
             self.log_std = self.param("log_std", nn.initializers.constant(self.log_std_init), (self.action_dim,))
 
-    def __call__(self, obs):
-        return self.policy(obs), self.value(obs)
-
-    def policy(self, obs):
-        out = self.policy_head(self.actor_torso(obs))
-        return out if self.discrete else (out, self.log_std)
-
-    def value(self, obs):
-        return self.value_head(self.critic_torso(obs))[..., 0]
+    def __call__(self, obs, carry=(), reset=None):
+        if self.memory == "none":
+            actor_features, critic_features = self.actor_torso(obs), self.critic_torso(obs)
+        else:
+            reset = jnp.zeros(obs.shape[:2], bool) if reset is None else reset
+            carry, actor_features = self.core(carry, self.torso(obs), reset)
+            critic_features = actor_features
+        out = self.policy_head(actor_features)
+        value = self.value_head(critic_features)[..., 0]
+        return (out if self.discrete else (out, self.log_std)), value, carry
 
 
 class NoisyDense(nn.Module):
@@ -187,6 +291,12 @@ class QNetwork(nn.Module):
     sample for all head layers (each layer takes its slice in order: the advantage or
     ``q`` layer, then the value layer); None draws them from the ``"noise"`` rng stream
     in one call.
+
+    Recurrent (``memory="gru"`` / ``"lstm"``): a :class:`RecurrentCore` of
+    ``memory_size`` units between the torso and the head(s); ``obs`` is a sequence
+    ``[T, B, *obs_shape]`` entered with ``carry`` (leaves ``[B, ...]``), ``reset [T, B]``
+    (default none) marks the steps that begin an episode, and the call returns
+    ``(out [T, B, ...], carry)`` with the carry after the last step.
     """
 
     num_actions: int
@@ -198,6 +308,8 @@ class QNetwork(nn.Module):
     noisy: bool = False
     num_atoms: int = 1
     noisy_sigma: float = 0.5
+    memory: str = "none"
+    memory_size: int = 128
 
     def _heads(self) -> list[tuple[str, int]]:
         """``(name, features)`` of the head layers, in noise order."""
@@ -205,16 +317,22 @@ class QNetwork(nn.Module):
         return [first, ("value", self.num_atoms)] if self.dueling else [first]
 
     def _noise_sizes(self) -> list[int]:
-        """``fan_in + features`` of each head layer (the torso's last layer feeds each)."""
-        return [self.hidden_sizes[-1] + features for _, features in self._heads()]
+        """``fan_in + features`` of each head layer (the torso's last layer, or the
+        recurrent core, feeds each)."""
+        fan_in = self.hidden_sizes[-1] if self.memory == "none" else self.memory_size
+        return [fan_in + features for _, features in self._heads()]
 
     def noise_size(self) -> int:
         """Standard normals one noise sample takes."""
         return sum(self._noise_sizes())
 
     @nn.compact
-    def __call__(self, obs, deterministic: bool = False, noise: jax.Array | None = None):
+    def __call__(self, obs, deterministic: bool = False, noise: jax.Array | None = None, carry=(), reset=None):
+        require_memory(self.memory)
         x = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)(obs)
+        if self.memory != "none":
+            reset = jnp.zeros(x.shape[:2], bool) if reset is None else reset
+            carry, x = RecurrentCore(self.memory, self.memory_size, name="core")(carry, x, reset)
         heads = self._heads()
         noise_slices = [None] * len(heads)
         if self.noisy and not deterministic:
@@ -233,7 +351,8 @@ class QNetwork(nn.Module):
         if self.dueling:
             value = head(1).reshape(x.shape[:-1] + (1, self.num_atoms))
             out = value + out - out.mean(axis=-2, keepdims=True)
-        return out if self.num_atoms > 1 else out[..., 0]
+        out = out if self.num_atoms > 1 else out[..., 0]
+        return out if self.memory == "none" else (out, carry)
 
 
 def ensemble(module: type[nn.Module], size: int) -> type[nn.Module]:

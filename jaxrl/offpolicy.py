@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl import envs, loop, rollout
-from jaxrl.buffers import prioritized, replay
+from jaxrl.buffers import prioritized, replay, sequence
 from jaxrl.config import require_int
 
 
@@ -112,6 +112,15 @@ def init_buffer(obs, action, config, use_priorities: bool = False):
     return buffers.init(example_transition(obs, action), config.buffer_size, config.num_envs)
 
 
+def init_sequence_buffer(obs, action, carry, config):
+    """An empty :mod:`jaxrl.buffers.sequence` replay of ``config.buffer_size``
+    transitions with windows of ``config.sequence_length`` steps starting every
+    ``config.sequence_period``: the fields of :func:`example_transition` plus ``carry``,
+    the recurrent state entering each step (``carry`` leaves ``[N, ...]``)."""
+    example = {**example_transition(obs, action), sequence.CARRY: jax.tree.map(lambda x: x[0], carry)}
+    return sequence.init(example, config.buffer_size, config.num_envs, config.sequence_length, config.sequence_period)
+
+
 def random_actions(key: jax.Array, spec: envs.EnvSpec, num: int) -> jax.Array:
     """``num`` uniformly random actions: int32 ``[num]`` for a discrete space, float
     ``[num, *action_shape]`` within the bounds of a Box."""
@@ -120,14 +129,42 @@ def random_actions(key: jax.Array, spec: envs.EnvSpec, num: int) -> jax.Array:
     return spec.from_unit(jax.random.uniform(key, (num,) + spec.action_shape, jnp.float32, -1.0, 1.0))
 
 
-def collect(state, policy: rollout.PolicyFn, key: jax.Array, config):
-    """``config.num_steps`` steps of ``policy`` in every env, appended to the replay
-    buffer. ``state`` is an algorithm's state with fields ``buffer`` (uniform or
-    prioritized), ``env_state``, ``obs`` and ``timesteps``; returns it updated and the
-    metrics of :func:`jaxrl.rollout.episode_metrics` plus ``timesteps``."""
+def initial_carry(config, batch_size: int):
+    """The memory of an off-policy algorithm's policies: none (feed-forward), ``()``."""
+    del config, batch_size
+    return ()
+
+
+def collect(state, policy: Callable, key: jax.Array, config):
+    """``config.num_steps`` steps of ``policy(obs [N, ...], key) -> action [N, ...]`` in
+    every env, appended to the replay buffer. ``state`` is an algorithm's state with
+    fields ``buffer`` (uniform or prioritized), ``env_state``, ``obs`` and
+    ``timesteps``; returns it updated and the metrics of
+    :func:`jaxrl.rollout.episode_metrics` plus ``timesteps``."""
+    state, metrics, _ = _collect_and_store(state, lambda obs, carry, k: (policy(obs, k), carry), key, config, ())
+    return state, metrics
+
+
+def collect_recurrent(state, policy: Callable, key: jax.Array, config):
+    """:func:`collect` for a policy with memory, ``policy(obs [N, ...], carry, key) ->
+    (action [N, ...], carry)``, into a :mod:`jaxrl.buffers.sequence` replay: ``state``
+    also has the field ``carry`` (leaves ``[N, ...]``), stored with each step as the
+    transition field ``carry`` (the memory entering the step) and reset where an
+    episode ended. Returns ``(state, metrics)`` like :func:`collect`."""
+    state, metrics, carry = _collect_and_store(state, policy, key, config, state.carry)
+    return state.replace(carry=carry), metrics
+
+
+def _collect_and_store(state, policy: Callable, key: jax.Array, config, carry):
     env, env_params = make_env(config)
-    trajectory, env_state, obs = rollout.collect(
-        env, env_params, policy, state.env_state, state.obs, key, config.num_steps
+    store_carry = isinstance(state.buffer, sequence.SequenceState)
+
+    def rollout_policy(obs, carry, k):
+        action, next_carry = policy(obs, carry, k)
+        return action, next_carry, {sequence.CARRY: carry} if store_carry else {}
+
+    trajectory, env_state, obs, carry = rollout.collect(
+        env, env_params, rollout_policy, state.env_state, state.obs, key, config.num_steps, carry
     )
     transitions = {
         "obs": trajectory.obs,
@@ -136,8 +173,12 @@ def collect(state, policy: rollout.PolicyFn, key: jax.Array, config):
         "terminated": trajectory.terminated,
         "truncated": trajectory.truncated,
         "next_obs": trajectory.next_obs,
+        **trajectory.extras,
     }
-    buffers = prioritized if isinstance(state.buffer, prioritized.PrioritizedState) else replay
+    if store_carry:
+        buffers = sequence
+    else:
+        buffers = prioritized if isinstance(state.buffer, prioritized.PrioritizedState) else replay
     state = state.replace(
         buffer=buffers.add_sequence(state.buffer, transitions),
         env_state=env_state,
@@ -146,7 +187,7 @@ def collect(state, policy: rollout.PolicyFn, key: jax.Array, config):
     )
     metrics = rollout.episode_metrics(trajectory)
     metrics["timesteps"] = state.timesteps
-    return state, metrics
+    return state, metrics, carry
 
 
 def sample(buffer, key: jax.Array, config, beta: jax.Array | None = None) -> dict:
@@ -184,12 +225,12 @@ def run_updates(state, one_update: Callable, key: jax.Array, num_updates: int):
 
 def step(state, key: jax.Array, config, act: Callable, learn: Callable):
     """One iteration of an actor-critic: ``config.num_steps`` steps of
-    ``act(state.params, obs, key, config)`` in every env, stored in replay (:func:`collect`),
+    ``act(state.params, obs, (), key, config)`` in every env, stored in replay (:func:`collect`),
     then ``config.num_updates`` of ``learn(state, batch, key, j) -> (state, metrics)`` on
     batches from :func:`sample` (:func:`run_updates`). Returns ``(state, metrics)``."""
     collect_key, update_key = jax.random.split(key)
     params = state.params
-    state, metrics = collect(state, lambda obs, k: (act(params, obs, k, config), {}), collect_key, config)
+    state, metrics = collect(state, lambda obs, k: act(params, obs, (), k, config)[0], collect_key, config)
 
     def one_update(state, key, j):
         sample_key, learn_key = jax.random.split(key)
@@ -204,7 +245,7 @@ def random_step(state, key: jax.Array, config, learner_metrics):
     """A warm-up iteration: uniformly random actions (:func:`random_actions`) stored in
     the buffer, no updates; the ``learner_metrics`` are NaN."""
     spec = envs.config_spec(config)
-    state, metrics = collect(state, lambda obs, k: (random_actions(k, spec, config.num_envs), {}), key, config)
+    state, metrics = collect(state, lambda obs, k: random_actions(k, spec, config.num_envs), key, config)
     metrics.update(nan_metrics(learner_metrics))
     return state, metrics
 

@@ -1,8 +1,9 @@
 """What the on-policy actor-critic algorithms share (PPO, A2C, REINFORCE, IMPALA).
 
 The settings they have in common (:class:`Config`, which each algorithm's Config
-extends), the training env, the actor-critic network, acting, one rollout with the
-behaviour policy's log-probabilities and values, running observation statistics, the
+extends), the training env, the actor-critic network (feed-forward or recurrent),
+acting, one rollout with the behaviour policy's log-probabilities, values and memory,
+the policy re-evaluated over a stored rollout, running observation statistics, the
 optimiser with optional linear annealing, and the ``train`` scan.
 """
 
@@ -16,7 +17,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import envs, evaluation, loop, rollout
+from jaxrl import envs, evaluation, loop, networks, rollout
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.distributions import Categorical, Normal
 from jaxrl.networks import ActorCritic
@@ -41,6 +42,8 @@ class Config:
     total_timesteps: int = static(500_000)
     network: str = static("mlp")  # "mlp" or "cnn" (MinAtar)
     hidden_sizes: tuple = static((64, 64))
+    memory: str = static("none")  # "gru" or "lstm": a recurrent core after the torso
+    memory_size: int = static(128)  # the recurrent core's units
     activation: str = static("tanh")
     optimizer: str = static("adam")  # "adam" or "rmsprop"
     anneal_lr: bool = static(True)  # linearly to 0 over the run
@@ -62,8 +65,9 @@ class Config:
     def __post_init__(self):
         object.__setattr__(self, "env_kwargs", freeze_mapping(self.env_kwargs, "env_kwargs"))
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
-        for field in ("num_envs", "num_steps", "eval_episodes"):
+        for field in ("num_envs", "num_steps", "eval_episodes", "memory_size"):
             require_int(self, field, 1)
+        require_choice(self, "memory", networks.MEMORY_KINDS)
         for field in ("num_evals", "num_reports"):
             require_int(self, field, 0)
         require_int(self, "total_timesteps", self.num_envs * self.num_steps)
@@ -92,6 +96,7 @@ class State:
     obs: Any  # [num_envs, *obs_shape] observation to act on next
     timesteps: jax.Array  # int32 env steps taken so far
     lagged_params: Any = ()  # IMPALA's policy lag: the last k params, oldest first, leaves [k, ...]
+    carry: Any = ()  # the policy's memory for ``obs``, leaves [num_envs, ...]; () without memory
 
 
 def make_env(config):
@@ -113,7 +118,15 @@ def make_network(config) -> ActorCritic:
         activation=config.activation,
         obs_ndim=len(spec.obs_shape),
         log_std_init=config.log_std_init,
+        memory=config.memory,
+        memory_size=config.memory_size,
     )
+
+
+def initial_carry(config, batch_size: int):
+    """The policy's memory before an episode's first step, for ``batch_size`` envs:
+    zeros, leaves ``[batch_size, memory_size]``; ``()`` without memory."""
+    return networks.initial_carry(config.memory, config.memory_size, batch_size)
 
 
 def make_optimizer(config, updates_per_iteration: int) -> optax.GradientTransformation:
@@ -145,9 +158,9 @@ def init(key: jax.Array, config, updates_per_iteration: int, policy_lag: int = 0
     env, env_params = make_env(config)
     spec = envs.config_spec(config)
     network_key, env_key = jax.random.split(key)
-    dummy_obs = jnp.zeros((1,) + spec.obs_shape, jnp.float32)
+    dummy_obs = jnp.zeros((1, 1) + spec.obs_shape, jnp.float32)  # [T, B, ...]
     params = {
-        "network": make_network(config).init(network_key, dummy_obs),
+        "network": make_network(config).init(network_key, dummy_obs, initial_carry(config, 1)),
         "obs_stats": envs.running_stats_init(spec.obs_shape),
     }
     obs, env_state = rollout.reset(env, env_params, env_key, config.num_envs)
@@ -159,61 +172,116 @@ def init(key: jax.Array, config, updates_per_iteration: int, policy_lag: int = 0
         obs=obs,
         timesteps=jnp.zeros((), jnp.int32),
         lagged_params=lagged,
+        carry=initial_carry(config, config.num_envs),
     )
 
 
-def policy_and_value(params: dict, obs: jax.Array, config):
-    """``(distribution, value [...])`` for raw observations ``[..., *obs_shape]``."""
+def policy_and_value(params: dict, obs: jax.Array, config, carry=(), reset=None):
+    """``(distribution, value, carry)`` for raw observations.
+
+    Feed-forward: ``obs [..., *obs_shape]`` gives a distribution and values over
+    ``[...]``; ``carry`` stays ``()``. Recurrent: ``obs [T, B, *obs_shape]`` is a
+    sequence entered with ``carry`` (leaves ``[B, ...]``), ``reset [T, B]`` (default
+    none) marks the steps that begin an episode; outputs are ``[T, B]`` and the carry
+    after the last step."""
     if config.normalize_observations:
         obs = envs.normalize(params["obs_stats"], obs)
-    policy_out, value = make_network(config).apply(params["network"], obs)
+    policy_out, value, carry = make_network(config).apply(params["network"], obs, carry, reset)
     if envs.config_spec(config).discrete:
-        return Categorical(policy_out), value
+        return Categorical(policy_out), value, carry
     mean, log_std = policy_out
-    return Normal(mean, jnp.broadcast_to(jnp.exp(log_std), mean.shape)), value
+    return Normal(mean, jnp.broadcast_to(jnp.exp(log_std), mean.shape)), value, carry
 
 
-def value(params: dict, obs: jax.Array, config) -> jax.Array:
-    """The critic's values ``[...]`` for raw observations ``[..., *obs_shape]``."""
-    if config.normalize_observations:
-        obs = envs.normalize(params["obs_stats"], obs)
-    return make_network(config).apply(params["network"], obs, method=ActorCritic.value)
+def episode_starts(trajectory: Trajectory) -> jax.Array:
+    """``[T, N]`` True at the steps after an episode ended in ``trajectory`` (where a
+    recurrent policy's memory was reset); False at ``t = 0``, whose stored carry is
+    already the one the policy used."""
+    done = trajectory.done
+    return jnp.concatenate([jnp.zeros_like(done[:1]), done[:-1]])
 
 
-def act(params: dict, obs: jax.Array, key: jax.Array, config, deterministic: bool = False) -> jax.Array:
-    """Actions ``[B, ...]`` for raw observations ``[B, *obs_shape]``.
+def trajectory_policy_and_value(params: dict, trajectory: Trajectory, config):
+    """The policy and values ``[T, N]`` of ``params`` on the trajectory's observations;
+    a recurrent policy runs over each env's sequence from the carry stored at ``t = 0``
+    (``extras["carry"]``), its memory reset where episodes ended."""
+    if config.memory == "none":
+        return policy_and_value(params, trajectory.obs, config)[:2]
+    carry = jax.tree.map(lambda c: c[0], trajectory.extras["carry"])
+    distribution, value, _ = policy_and_value(params, trajectory.obs, config, carry, episode_starts(trajectory))
+    return distribution, value
+
+
+def bootstrap_value(params: dict, trajectory: Trajectory, config) -> jax.Array:
+    """The critic's values ``[T, N]`` of ``next_obs`` (the final observation where an
+    episode ended), with the memory the policy had after each step: the stored carry
+    entering step ``t``, advanced through ``obs[t]``, then ``next_obs[t]`` (all steps
+    at once, as a batch of two-step sequences)."""
+    if config.memory == "none":
+        return policy_and_value(params, trajectory.next_obs, config)[1]
+    flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731
+    obs = jax.tree.map(lambda a, b: jnp.stack([flat(a), flat(b)]), trajectory.obs, trajectory.next_obs)
+    carry = jax.tree.map(flat, trajectory.extras["carry"])
+    value = policy_and_value(params, obs, config, carry)[1][1]
+    return value.reshape(trajectory.reward.shape)
+
+
+def act(params: dict, obs: jax.Array, carry, key: jax.Array, config, deterministic: bool = False):
+    """``(action [B, ...], carry)`` for raw observations ``[B, *obs_shape]`` and the
+    policy's memory ``carry`` (leaves ``[B, ...]``, from :func:`initial_carry`; ``()``
+    without memory). The caller resets the returned carry where an episode ends.
 
     Samples from the policy, or takes its mode if ``deterministic``; continuous actions
     are clipped to the action bounds."""
-    distribution, _ = policy_and_value(params, obs, config)
+    if config.memory == "none":
+        distribution, _, carry = policy_and_value(params, obs, config)
+    else:  # a sequence of one step
+        distribution, _, carry = policy_and_value(params, jax.tree.map(lambda x: x[None], obs), config, carry)
+        distribution = jax.tree.map(lambda x: x[0], distribution)
     action = distribution.mode() if deterministic else distribution.sample(key)
     spec = envs.config_spec(config)
     if not spec.discrete:
         action = jnp.clip(action, spec.action_low, spec.action_high)
-    return action
+    return action, carry
 
 
 def collect(state: State, params: dict, key: jax.Array, config, fresh_start: bool = False):
     """``num_steps`` steps in each of the ``num_envs`` envs, acting with ``params``.
 
-    The trajectory's ``extras`` hold the behaviour ``log_prob`` and ``value`` ``[T, N]``.
-    With ``fresh_start`` every env is reset first, so each env's first episode starts at
-    ``t = 0`` (whole-episode Monte Carlo). Returns ``(state, trajectory)``; the state
-    has the envs, next observations and ``timesteps`` advanced.
+    The trajectory's ``extras`` hold the behaviour ``log_prob`` and ``value`` ``[T, N]``
+    and the ``carry`` that entered each step (leaves ``[T, N, ...]``; ``()`` without
+    memory). With ``fresh_start`` every env is reset first (and the memory with it), so
+    each env's first episode starts at ``t = 0`` (whole-episode Monte Carlo). Returns
+    ``(state, trajectory)``; the state has the envs, next observations, memory and
+    ``timesteps`` advanced.
     """
     env, env_params = make_env(config)
-    env_state, obs = state.env_state, state.obs
+    env_state, obs, carry = state.env_state, state.obs, state.carry
     if fresh_start:
         key, reset_key = jax.random.split(key)
         obs, env_state = rollout.reset(env, env_params, reset_key, config.num_envs)
+        carry = initial_carry(config, config.num_envs)
 
-    def policy(obs, policy_key):
-        distribution, value = policy_and_value(params, obs, config)
+    def policy(obs, carry, policy_key):
+        if config.memory == "none":
+            distribution, value, next_carry = policy_and_value(params, obs, config)
+        else:
+            distribution, value, next_carry = policy_and_value(
+                params, jax.tree.map(lambda x: x[None], obs), config, carry
+            )
+            distribution, value = jax.tree.map(lambda x: x[0], (distribution, value))
         action = distribution.sample(policy_key)
-        return action, {"log_prob": distribution.log_prob(action), "value": value}
+        return action, next_carry, {"log_prob": distribution.log_prob(action), "value": value, "carry": carry}
 
-    trajectory, env_state, obs = rollout.collect(env, env_params, policy, env_state, obs, key, config.num_steps)
-    state = state.replace(env_state=env_state, obs=obs, timesteps=state.timesteps + config.num_envs * config.num_steps)
+    trajectory, env_state, obs, carry = rollout.collect(
+        env, env_params, policy, env_state, obs, key, config.num_steps, carry
+    )
+    state = state.replace(
+        env_state=env_state,
+        obs=obs,
+        carry=carry,
+        timesteps=state.timesteps + config.num_envs * config.num_steps,
+    )
     return state, trajectory
 
 
@@ -253,7 +321,7 @@ def update_obs_stats(state: State, trajectory: Trajectory, config) -> State:
 
 def evaluate(params: dict, key: jax.Array, config) -> evaluation.EvalResult:
     """Deterministic returns of ``eval_episodes`` episodes on the (unscaled) env."""
-    return evaluation.evaluate_config(act, params, key, config)
+    return evaluation.evaluate_config(act, initial_carry, params, key, config)
 
 
 def program(init: Callable, step: Callable, config) -> loop.Program:

@@ -7,10 +7,12 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
+from jaxrl.networks import reset_carry
 from jaxrl.types import Trajectory
 
-# policy(obs [N, ...], key) -> (action [N, ...], extras: dict of [N, ...] arrays)
-PolicyFn = Callable[[jax.Array, jax.Array], tuple[jax.Array, dict]]
+# policy(obs [N, ...], carry, key) -> (action [N, ...], carry, extras: dict of [N, ...] arrays);
+# ``carry`` is a recurrent policy's memory (leaves [N, ...]), ``()`` for a feed-forward one.
+PolicyFn = Callable[[jax.Array, object, jax.Array], tuple[jax.Array, object, dict]]
 
 
 def reset(env, env_params, key: jax.Array, num_envs: int):
@@ -18,21 +20,23 @@ def reset(env, env_params, key: jax.Array, num_envs: int):
     return jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(key, num_envs), env_params)
 
 
-def collect(env, env_params, policy: PolicyFn, env_state, obs, key: jax.Array, num_steps: int):
+def collect(env, env_params, policy: PolicyFn, env_state, obs, key: jax.Array, num_steps: int, carry=()):
     """Run ``policy`` for ``num_steps`` steps in every env of the batch.
 
     ``env`` must report episode statistics (wrap it in
     :class:`jaxrl.envs.EpisodeStatistics`). ``obs`` is ``[N, ...]`` and ``env_state``
-    the matching batched state, as returned by :func:`reset` or a previous call.
-    Returns ``(trajectory, env_state, obs)`` with ``trajectory`` leaves ``[T, N, ...]``
-    (``T = num_steps``) and the state/obs to continue from.
+    the matching batched state, as returned by :func:`reset` or a previous call;
+    ``carry`` the policy's memory for ``obs`` (``()`` without memory), reset to the
+    initial carry (:func:`jaxrl.networks.reset_carry`) wherever an episode ends.
+    Returns ``(trajectory, env_state, obs, carry)`` with ``trajectory`` leaves
+    ``[T, N, ...]`` (``T = num_steps``) and the state, obs and carry to continue from.
     """
     num_envs = jax.tree.leaves(obs)[0].shape[0]
     batched_step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 
-    def one_step(carry, step_keys):
-        env_state, obs = carry
-        action, extras = policy(obs, step_keys[0])
+    def one_step(loop_carry, step_keys):
+        env_state, obs, carry = loop_carry
+        action, carry, extras = policy(obs, carry, step_keys[0])
         next_obs, env_state, reward, terminated, truncated, info = batched_step(
             step_keys[1:], env_state, action, env_params
         )
@@ -47,13 +51,13 @@ def collect(env, env_params, policy: PolicyFn, env_state, obs, key: jax.Array, n
             episode_length=info["episode_length"],
             extras=extras,
         )
-        return (env_state, next_obs), transition
+        return (env_state, next_obs, reset_carry(carry, terminated | truncated)), transition
 
     # All keys in one vectorised split up front: per step, one for the policy and one
     # per env (many small splits inside the loop cost more on CPU).
     keys = jax.random.split(key, (num_steps, num_envs + 1))
-    (env_state, obs), trajectory = jax.lax.scan(one_step, (env_state, obs), keys)
-    return trajectory, env_state, obs
+    (env_state, obs, carry), trajectory = jax.lax.scan(one_step, (env_state, obs, carry), keys)
+    return trajectory, env_state, obs, carry
 
 
 def episode_metrics(trajectory: Trajectory) -> dict:

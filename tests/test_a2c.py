@@ -229,7 +229,7 @@ def test_the_update_on_flat_parameters_equals_a_per_leaf_update():
     obs_stats = state.params["obs_stats"]
 
     def grads(network):  # as a2c.update: bootstrap values from the current network, not differentiated
-        value_next = onpolicy.value({"network": network, "obs_stats": obs_stats}, trajectory.next_obs, config)
+        value_next = onpolicy.bootstrap_value({"network": network, "obs_stats": obs_stats}, trajectory, config)
         return jax.grad(lambda net: a2c.loss_fn(net, obs_stats, trajectory, value_next, config)[0])(network)
 
     network, opt_state = state.params["network"], optimizer.init(state.params["network"])

@@ -198,10 +198,11 @@ def test_vmap_over_seeds_and_learning_rates_compiles_once(train_small):
 def test_act_from_params_alone(small_run):
     params = small_run.state.params
     obs = jnp.zeros((5, 4))
-    assert bc.act(params, obs, jax.random.key(0), SMALL).shape == (5,)
-    greedy = bc.act(params, obs, jax.random.key(1), SMALL, deterministic=True)
+    action, carry = bc.act(params, obs, bc.initial_carry(SMALL, 5), jax.random.key(0), SMALL)
+    assert action.shape == (5,) and carry == ()
+    greedy, _ = bc.act(params, obs, (), jax.random.key(1), SMALL, deterministic=True)
     assert greedy.dtype == jnp.int32
-    np.testing.assert_array_equal(greedy, bc.act(params, obs, jax.random.key(2), SMALL, deterministic=True))
+    np.testing.assert_array_equal(greedy, bc.act(params, obs, (), jax.random.key(2), SMALL, deterministic=True)[0])
 
 
 @pytest.mark.parametrize("loss", ["mse", "gaussian"])
@@ -209,8 +210,8 @@ def test_continuous_actions_stay_in_bounds(loss):
     config = PENDULUM[loss]
     state = perturbed_state(config, PENDULUM_DATASET)
     obs = jnp.asarray(np.random.default_rng(0).normal(0.0, 3.0, (1000, 3)), jnp.float32)
-    sampled = np.asarray(bc.act(state.params, obs, jax.random.key(0), config))
-    greedy = np.asarray(bc.act(state.params, obs, jax.random.key(0), config, deterministic=True))
+    sampled = np.asarray(bc.act(state.params, obs, (), jax.random.key(0), config)[0])
+    greedy = np.asarray(bc.act(state.params, obs, (), jax.random.key(0), config, deterministic=True)[0])
     assert sampled.shape == greedy.shape == (1000, 1)
     assert sampled.min() >= -2.0 and sampled.max() <= 2.0 and greedy.min() >= -2.0 and greedy.max() <= 2.0
     if loss == "gaussian":  # wide samples reach the bounds; the mean is the greedy action

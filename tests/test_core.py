@@ -20,6 +20,21 @@ TINY = dict(num_envs=2, total_timesteps=64, hidden_sizes=(8,), num_evals=1, eval
 OFF_POLICY = dict(TINY, num_steps=1, batch_size=4, buffer_size=32, learning_starts=8)
 
 
+VARIANTS = [*algorithms.ALGORITHMS, "rainbow", "ppo-gru", "a2c-lstm"]
+
+
+def variant(name: str):
+    """``(module, config)`` of an algorithm, or of a variant: Rainbow DQN, or a recurrent
+    ``ALGO-gru`` / ``ALGO-lstm``."""
+    if name == "rainbow":
+        return algorithms.get("dqn"), algorithms.get("dqn").rainbow("CartPole-v1", **OFF_POLICY)
+    algorithm, _, memory = name.partition("-")
+    config = tiny_config(algorithm)
+    if memory:  # PPO's minibatches are then whole sequences: one per env
+        config = config.replace(memory=memory, memory_size=4, **({"num_minibatches": 2} if algorithm == "ppo" else {}))
+    return algorithms.get(algorithm), config
+
+
 def tiny_config(name: str):
     """A few iterations of ``name`` on a small network."""
     module = algorithms.get(name)
@@ -55,25 +70,23 @@ def inputs(name: str) -> tuple:
     return (tiny_dataset(),) if name == "bc" else ()
 
 
-@pytest.mark.parametrize("name", [*algorithms.ALGORITHMS, "rainbow"])
+@pytest.mark.parametrize("name", VARIANTS)
 def test_no_training_program_calls_lapack(name):
     """XLA:CPU runs a batched LAPACK call (orthogonal initialisation's QR, under vmap) by
     fanning it out into the thread pool it runs on, which deadlocks once two run at
     once (benchmarks/investigations/xla_cpu_qr_deadlock). No program may contain one."""
-    module = algorithms.get("dqn" if name == "rainbow" else name)
-    config = algorithms.get("dqn").rainbow("CartPole-v1", **OFF_POLICY) if name == "rainbow" else tiny_config(name)
+    module, config = variant(name)
     keys = jax.random.split(jax.random.key(0), 2)
     train = jax.vmap(module.train, in_axes=(0, None) + (None,) * len(inputs(name)))
     text = jax.jit(train).lower(keys, config, *inputs(name)).as_text()
     assert "lapack" not in text.lower()
 
 
-@pytest.mark.parametrize("name", [*algorithms.ALGORITHMS, "rainbow"])
+@pytest.mark.parametrize("name", VARIANTS)
 def test_forward_mode_differentiates_every_learner(name):
     """``jax.jvp`` of one iteration's metrics with respect to the parameters: every
     network, loss and optimiser step on the way supports forward mode."""
-    module = algorithms.get("dqn" if name == "rainbow" else name)
-    config = algorithms.get("dqn").rainbow("CartPole-v1", **OFF_POLICY) if name == "rainbow" else tiny_config(name)
+    module, config = variant(name)
     state = jax.jit(module.init, static_argnums=1)(jax.random.key(0), config, *inputs(name))
 
     def metrics(params):

@@ -13,8 +13,8 @@ from jaxrl import data
 NUM_STEPS, NUM_ENVS = 600, 3
 
 
-def random_cartpole(params, obs, key):
-    return jax.random.randint(key, obs.shape[:1], 0, 2)
+def random_cartpole(params, obs, carry, key):
+    return jax.random.randint(key, obs.shape[:1], 0, 2), carry
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +68,8 @@ def test_transitions_chain_within_each_env_block(dataset):
 def test_continuous_actions_are_recorded_as_executed():
     """A policy acting outside Pendulum's [-2, 2] is clipped before the env and the data."""
 
-    def wide(params, obs, key):
-        return jax.random.uniform(key, (obs.shape[0], 1), minval=-3.0, maxval=3.0)
+    def wide(params, obs, carry, key):
+        return jax.random.uniform(key, (obs.shape[0], 1), minval=-3.0, maxval=3.0), carry
 
     pendulum = data.collect_dataset(
         wide, None, "Pendulum-v1", jax.random.key(1), 40, num_envs=2, env_kwargs={"max_steps_in_episode": 10}
@@ -96,7 +96,7 @@ def test_bad_collect_arguments(kwargs, field):
 def test_act_fn_with_wrong_action_shape_is_an_error():
     with pytest.raises(ValueError, match=r"act_fn returned actions of shape \(2, 1\), expected \(2,\)"):
         data.collect_dataset(
-            lambda p, obs, k: jnp.zeros((obs.shape[0], 1), jnp.int32),
+            lambda p, obs, carry, k: (jnp.zeros((obs.shape[0], 1), jnp.int32), carry),
             None,
             "CartPole-v1",
             jax.random.key(0),

@@ -300,9 +300,9 @@ def test_vmap_over_seeds_and_hyperparameters_compiles_once(train_small):
 
 def test_act_and_evaluate_from_params_alone(small_run):
     obs = jnp.zeros((3, 4))
-    greedy = dqn.act(small_run.state.params, obs, jax.random.key(0), SMALL, deterministic=True)
-    assert greedy.shape == (3,) and greedy.dtype == jnp.int32
-    random = dqn.act(small_run.state.params, jnp.zeros((256, 4)), jax.random.key(0), SMALL, epsilon=1.0)
+    greedy, carry = dqn.act(small_run.state.params, obs, dqn.initial_carry(SMALL, 3), jax.random.key(0), SMALL, True)
+    assert greedy.shape == (3,) and greedy.dtype == jnp.int32 and carry == ()
+    random, _ = dqn.act(small_run.state.params, jnp.zeros((256, 4)), (), jax.random.key(0), SMALL, epsilon=1.0)
     assert set(np.unique(np.asarray(random))) == {0, 1}
     result = dqn.evaluate(small_run.state.params, jax.random.key(1), SMALL)
     assert result.returns.shape == (SMALL.eval_episodes,)

@@ -254,7 +254,7 @@ def test_bad_ids_spaces_and_arguments_are_clear_errors():
         envs.make("gymnasium:CartPole-v1", vectorization_mode="threads")
     with pytest.raises(ValueError, match="no time limit"):
         evaluation.evaluate(
-            lambda params, obs, key: obs[:, 0].astype(jnp.int32),
+            lambda params, obs, carry, key: (obs[:, 0].astype(jnp.int32), carry),
             None,
             "gymnasium:jaxrl_test/NoTimeLimit-v0",
             jax.random.key(0),

@@ -29,7 +29,8 @@ def test_actor_critic_discrete(network, obs_shape):
     net = ActorCritic(action_dim=3, discrete=True, network=network, hidden_sizes=(32,), obs_ndim=len(obs_shape))
     obs = jax.random.normal(jax.random.key(1), (6,) + obs_shape)
     params = net.init(jax.random.key(0), obs)
-    logits, value = net.apply(params, obs)
+    logits, value, carry = net.apply(params, obs)
+    assert carry == ()
     assert logits.shape == (6, 3) and value.shape == (6,)
     # A small policy head: the initial policy is close to uniform.
     probs = jax.nn.softmax(logits)
@@ -40,7 +41,7 @@ def test_actor_critic_continuous_has_state_independent_log_std():
     net = ActorCritic(action_dim=2, discrete=False, hidden_sizes=(16, 16), log_std_init=-0.5)
     obs = jax.random.normal(jax.random.key(1), (4, 3))
     params = net.init(jax.random.key(0), obs)
-    (mean, log_std), value = net.apply(params, obs)
+    (mean, log_std), value, _ = net.apply(params, obs)
     assert mean.shape == (4, 2) and log_std.shape == (2,) and value.shape == (4,)
     np.testing.assert_allclose(log_std, -0.5)
 
@@ -93,6 +94,17 @@ def _networks():
         "actor_critic_discrete": (ActorCritic(3, True, hidden_sizes=(8,)), (obs,)),
         "actor_critic_continuous": (ActorCritic(2, False, hidden_sizes=(8,)), (obs,)),
         "actor_critic_cnn": (ActorCritic(3, True, "cnn", (8,), obs_ndim=3), (image,)),
+        **{
+            f"actor_critic_{kind}": (
+                ActorCritic(3, True, hidden_sizes=(8,), memory=kind, memory_size=6),
+                (
+                    jnp.ones((3, 5, 4)),
+                    networks.initial_carry(kind, 6, 5),
+                    jnp.array([[0] * 5, [1, 0, 0, 1, 0], [0] * 5], bool),
+                ),
+            )
+            for kind in ("gru", "lstm")
+        },
         "q_network": (networks.QNetwork(3, hidden_sizes=(8,), activation="silu"), (obs,)),
         "rainbow_q_network": (
             networks.QNetwork(3, hidden_sizes=(8,), activation="silu", dueling=True, noisy=True, num_atoms=5),

@@ -315,7 +315,10 @@ def test_act_and_evaluate_from_params_alone(name, small_runs):
     spec = envs.config_spec(config)
     obs = jax.random.normal(jax.random.key(0), (64,) + spec.obs_shape) * 3
     for deterministic in (True, False):
-        action = module.act(params, obs, jax.random.key(1), config, deterministic=deterministic)
+        action, carry = module.act(
+            params, obs, module.initial_carry(config, 64), jax.random.key(1), config, deterministic
+        )
+        assert carry == ()
         if spec.discrete:
             assert action.shape == (64,) and action.dtype == jnp.int32
             assert np.all((action >= 0) & (action < spec.num_actions))

@@ -111,10 +111,10 @@ def test_vmap_over_hyperparameters_compiles_once(train_small):
 def test_act_and_evaluate_from_params_alone(small_run):
     params = small_run.state.params
     obs = jnp.zeros((5, 4))
-    action = ppo.act(params, obs, jax.random.key(0), SMALL)
-    assert action.shape == (5,) and action.dtype == jnp.int32
-    greedy = ppo.act(params, obs, jax.random.key(1), SMALL, deterministic=True)
-    np.testing.assert_array_equal(greedy, ppo.act(params, obs, jax.random.key(2), SMALL, deterministic=True))
+    action, carry = ppo.act(params, obs, ppo.initial_carry(SMALL, 5), jax.random.key(0), SMALL)
+    assert action.shape == (5,) and action.dtype == jnp.int32 and carry == ()
+    greedy, _ = ppo.act(params, obs, (), jax.random.key(1), SMALL, deterministic=True)
+    np.testing.assert_array_equal(greedy, ppo.act(params, obs, (), jax.random.key(2), SMALL, deterministic=True)[0])
     result = ppo.evaluate(params, jax.random.key(0), SMALL)
     assert result.returns.shape == (SMALL.eval_episodes,)
 
@@ -142,7 +142,7 @@ def test_continuous_actions_are_clipped_to_bounds():
         num_reports=0,
     )
     state = ppo.init(jax.random.key(0), config)
-    action = ppo.act(state.params, jnp.zeros((1000, 3)), jax.random.key(0), config)
+    action, _ = ppo.act(state.params, jnp.zeros((1000, 3)), (), jax.random.key(0), config)
     assert action.shape == (1000, 1)
     assert float(action.min()) == -2.0 and float(action.max()) == 2.0
 

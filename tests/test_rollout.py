@@ -58,7 +58,7 @@ def np_cartpole_step(state, action):
 # Shared CartPole rollout (compiled once per module).
 
 
-def random_policy(obs, key):
+def random_policy(obs, carry, key):
     action = jax.random.randint(key, (obs.shape[0],), 0, 2)
     extras = {
         "log_prob": jnp.full((obs.shape[0],), -jnp.log(2.0)),
@@ -66,7 +66,7 @@ def random_policy(obs, key):
         "action_copy": action,
         "pair": jnp.stack([action, 1 - action], axis=-1),  # a non-scalar extra [N, 2]
     }
-    return action, extras
+    return action, carry, extras
 
 
 CP_ENV_RAW, CP_PARAMS = envs.make("CartPole-v1", max_steps_in_episode=CARTPOLE_LIMIT)
@@ -76,7 +76,7 @@ CP_ENV = envs.EpisodeStatistics(CP_ENV_RAW)
 def _reset_and_collect(key):
     reset_key, collect_key = jax.random.split(key)
     obs, state = rollout.reset(CP_ENV, CP_PARAMS, reset_key, N)
-    traj, state, last_obs = rollout.collect(CP_ENV, CP_PARAMS, random_policy, state, obs, collect_key, T)
+    traj, state, last_obs, _ = rollout.collect(CP_ENV, CP_PARAMS, random_policy, state, obs, collect_key, T)
     return obs, traj, state, last_obs
 
 
@@ -97,7 +97,7 @@ def cartpole():
     obs0, traj, state, last_obs = run_keys(_keys(KEYS))
     lane0 = lambda x: x[0]  # noqa: E731
     state0, last_obs0 = jax.tree.map(lane0, (state, last_obs))
-    traj2, state2, last_obs2 = cont(state0, last_obs0, jax.random.key(1))
+    traj2, state2, last_obs2, _ = cont(state0, last_obs0, jax.random.key(1))
     return jax.device_get(
         dict(
             obs0=obs0[0],
@@ -299,13 +299,13 @@ def test_episode_metrics_pendulum_no_episode_finished():
     raw, params = envs.make("Pendulum-v1")  # 200-step limit, never terminates
     env = envs.EpisodeStatistics(raw)
 
-    def policy(obs, key):
-        return jax.random.uniform(key, (obs.shape[0], 1), minval=-2.0, maxval=2.0), {}
+    def policy(obs, carry, key):
+        return jax.random.uniform(key, (obs.shape[0], 1), minval=-2.0, maxval=2.0), carry, {}
 
     @jax.jit
     def go(key):
         obs, state = rollout.reset(env, params, key, 2)
-        traj, _, _ = rollout.collect(env, params, policy, state, obs, key, 10)
+        traj, *_ = rollout.collect(env, params, policy, state, obs, key, 10)
         return traj, rollout.episode_metrics(traj)
 
     traj, m = go(jax.random.key(0))
@@ -320,8 +320,8 @@ def test_episode_metrics_pendulum_no_episode_finished():
 # evaluate
 
 
-def const_act(params, obs, key):
-    return jnp.full((obs.shape[0],), params, jnp.int32)
+def const_act(params, obs, carry, key):
+    return jnp.full((obs.shape[0],), params, jnp.int32), carry
 
 
 # Compiling is most of the cost: one jitted entry point, with everything that must be
@@ -388,8 +388,8 @@ def test_evaluate_under_jit_and_vmap(cartpole_eval):
 
 
 def test_evaluate_pendulum_full_length():
-    def act(params, obs, key):
-        return jnp.zeros((obs.shape[0], 1))
+    def act(params, obs, carry, key):
+        return jnp.zeros((obs.shape[0], 1)), carry
 
     res = _evaluate(act, None, "Pendulum-v1", jax.random.key(2), num_episodes=3)
     np.testing.assert_array_equal(res.lengths, [200, 200, 200])
@@ -468,8 +468,8 @@ def test_evaluate_countdown_exact_returns():
 
 def test_evaluate_passes_params_and_obs_to_act_fn():
     # The act_fn reads its params and the observation: act = params if obs > 2 else 0.
-    def act(params, obs, key):
-        return jnp.where(obs[:, 0] > 2, params, 0).astype(jnp.int32)
+    def act(params, obs, carry, key):
+        return jnp.where(obs[:, 0] > 2, params, 0).astype(jnp.int32), carry
 
     res = _evaluate(act, 2, COUNTDOWN, jax.random.key(4), num_episodes=16)
     L = np.asarray(res.lengths)

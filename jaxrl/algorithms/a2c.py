@@ -37,7 +37,7 @@ from flax import struct
 
 from jaxrl import envs, loop, onpolicy, optim, returns, rollout
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_range, static
-from jaxrl.onpolicy import State, act, evaluate, make_env, make_network, policy_and_value
+from jaxrl.onpolicy import State, act, evaluate, initial_carry, make_env, make_network, policy_and_value
 from jaxrl.types import TrainOutput, Trajectory
 
 __all__ = [  # the contract; act, evaluate, State ... are jaxrl.onpolicy's
@@ -52,6 +52,7 @@ __all__ = [  # the contract; act, evaluate, State ... are jaxrl.onpolicy's
     "make_env",
     "make_network",
     "policy_and_value",
+    "initial_carry",
     "ADVANTAGES",
     "targets",
     "first_episode_mask",
@@ -169,7 +170,7 @@ def _masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
 def loss_fn(network_params, obs_stats, trajectory: Trajectory, value_next: jax.Array, config: Config):
     """The actor-critic loss on a whole trajectory ``[T, N]``; returns ``(loss, metrics)``."""
     params = {"network": network_params, "obs_stats": obs_stats}
-    distribution, value = policy_and_value(params, trajectory.obs, config)
+    distribution, value = onpolicy.trajectory_policy_and_value(params, trajectory, config)
     log_prob = distribution.log_prob(trajectory.action)
     advantage, target, mask = targets(value, value_next, log_prob, trajectory, config)
     policy_loss = -_masked_mean(log_prob * advantage, mask)
@@ -191,7 +192,7 @@ def update(state: State, trajectory: Trajectory, key: jax.Array, config: Config)
     """One gradient step on a trajectory ``[T, N]`` whose ``extras["log_prob"]`` is the
     behaviour policy's. Returns ``(state, metrics)``; ``key`` is unused (no minibatches)."""
     del key
-    value_next = onpolicy.value(state.params, trajectory.next_obs, config)
+    value_next = onpolicy.bootstrap_value(state.params, trajectory, config)
     optimizer = onpolicy.make_optimizer(config, updates_per_iteration=1)
     network, opt_state, _, metrics = optim.step(
         optimizer,

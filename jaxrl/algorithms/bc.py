@@ -31,6 +31,7 @@ from jaxrl import data, envs, evaluation, loop, optim
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.distributions import Categorical, Normal
 from jaxrl.networks import Actor
+from jaxrl.offpolicy import initial_carry
 from jaxrl.types import TrainOutput
 
 
@@ -149,23 +150,24 @@ def _gaussian(output) -> Normal:
     return Normal(loc, jnp.exp(log_std))
 
 
-def act(params: dict, obs: jax.Array, key: jax.Array, config: Config, deterministic: bool = False) -> jax.Array:
-    """Actions ``[B, ...]`` for raw observations ``[B, *obs_shape]``.
+def act(params: dict, obs: jax.Array, carry, key: jax.Array, config: Config, deterministic: bool = False):
+    """``(action [B, ...], carry)`` for raw observations ``[B, *obs_shape]``.
 
     Samples from the policy, or takes its mode if ``deterministic`` (the ``"mse"``
     policy is deterministic either way); continuous actions are clipped to the bounds.
+    The policy has no memory: ``carry`` (:func:`initial_carry`: ``()``) is passed through.
     """
     output = _network_output(params, obs, config)
     spec = env_spec(config)
     if spec.discrete:
         distribution = Categorical(output)
-        return distribution.mode() if deterministic else distribution.sample(key)
+        return (distribution.mode() if deterministic else distribution.sample(key)), carry
     if config.loss == "mse":
         action = spec.from_unit(output)
     else:
         distribution = _gaussian(output)
         action = distribution.mode() if deterministic else distribution.sample(key)
-    return jnp.clip(action, spec.action_low, spec.action_high)
+    return jnp.clip(action, spec.action_low, spec.action_high), carry
 
 
 # ----------------------------------------------------------------------------- learning
@@ -226,7 +228,7 @@ def step(state: State, key: jax.Array, config: Config):
 
 def evaluate(params: dict, key: jax.Array, config: Config) -> evaluation.EvalResult:
     """Deterministic returns of ``eval_episodes`` episodes on the config's env."""
-    return evaluation.evaluate_config(act, params, key, config)
+    return evaluation.evaluate_config(act, initial_carry, params, key, config)
 
 
 def program(config: Config) -> loop.Program:

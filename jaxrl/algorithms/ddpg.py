@@ -167,14 +167,18 @@ def init(key: jax.Array, config: Config) -> State:
 # ----------------------------------------------------------------------------- acting
 
 
-def act(params: dict, obs: jax.Array, key: jax.Array, config: Config, deterministic: bool = False) -> jax.Array:
-    """Env actions ``[B, *action_shape]`` for observations ``[B, *obs_shape]``: the
-    actor's, plus clipped Gaussian exploration noise unless ``deterministic``."""
+initial_carry = offpolicy.initial_carry
+
+
+def act(params: dict, obs: jax.Array, carry, key: jax.Array, config: Config, deterministic: bool = False):
+    """``(action [B, *action_shape], carry)`` for observations ``[B, *obs_shape]``: the
+    actor's, plus clipped Gaussian exploration noise unless ``deterministic``. The actor
+    has no memory: ``carry`` (:func:`initial_carry`: ``()``) is passed through."""
     spec = env_spec(config)
     unit = make_actor(config).apply(params["actor"], obs)
     if not deterministic:
         unit = jnp.clip(unit + config.exploration_noise * jax.random.normal(key, unit.shape), -1.0, 1.0)
-    return spec.from_unit(unit.reshape(unit.shape[:1] + spec.action_shape))
+    return spec.from_unit(unit.reshape(unit.shape[:1] + spec.action_shape)), carry
 
 
 # ----------------------------------------------------------------------------- learning
@@ -274,7 +278,7 @@ def warmup_step(state: State, key: jax.Array, config: Config):
 
 def evaluate(params: dict, key: jax.Array, config: Config) -> evaluation.EvalResult:
     """Returns of ``eval_episodes`` episodes of the noise-free actor."""
-    return evaluation.evaluate_config(act, params, key, config)
+    return evaluation.evaluate_config(act, initial_carry, params, key, config)
 
 
 def program(config: Config) -> loop.Program:

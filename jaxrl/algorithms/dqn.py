@@ -12,6 +12,14 @@ returns, ``prioritized`` replay (Schaul et al., 2016), ``distributional`` C51 (B
 et al., 2017), ``noisy`` nets (Fortunato et al., 2018), ``epsilon_per_env`` (Ape-X's
 per-actor epsilons, Horgan et al., 2018). ``rainbow(env_id)`` turns them all on.
 
+``memory="gru"`` or ``"lstm"`` makes it R2D2 (Kapturowski et al., 2019): a recurrent
+core between the Q-network's torso and head, the actors' memory kept in the state and
+stored with every step in a prioritized sequence replay (:mod:`jaxrl.buffers.sequence`),
+and a learner that re-runs the online and target networks over each sampled window of
+``sequence_length`` steps from its stored memory, warming it up over the first
+``burn_in`` steps, with n-step double-Q targets, optionally value-rescaled.
+``r2d2(env_id)`` is that preset.
+
     config = dqn.Config(env_id="CartPole-v1")
     out = jax.jit(dqn.train)(jax.random.key(0), config)
 """
@@ -26,8 +34,8 @@ import numpy as np
 import optax
 from flax import struct
 
-from jaxrl import envs, evaluation, loop, offpolicy, optim, returns, rollout
-from jaxrl.buffers import prioritized
+from jaxrl import envs, evaluation, loop, networks, offpolicy, optim, returns, rollout
+from jaxrl.buffers import prioritized, sequence
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.networks import QNetwork
 from jaxrl.types import TrainOutput
@@ -44,6 +52,11 @@ class Config(offpolicy.ReplaySchedule):
     how to recover from rare failures once it balances, and collapses on CartPole);
     ``double=False, dueling=False, n_step=1, prioritized=False`` is the DQN of Mnih et
     al. ``rainbow(env_id)`` adds C51 and noisy nets.
+
+    With ``memory`` on (R2D2, see ``r2d2(env_id)``) replay holds windows of
+    ``sequence_length`` steps starting every ``sequence_period`` steps of each env,
+    ``batch_size`` counts windows, and the loss trains the steps after the first
+    ``burn_in`` whose ``n_step`` targets lie inside the window.
     """
 
     # --- static: environment and program structure
@@ -70,6 +83,12 @@ class Config(offpolicy.ReplaySchedule):
     noisy: bool = static(False)
     noisy_sigma: float = static(0.5)
     epsilon_per_env: bool = static(False)  # lane i: apex_epsilon ** (1 + apex_alpha * i / (N - 1))
+    memory: str = static("none")  # "gru" or "lstm": a recurrent core after the torso (R2D2)
+    memory_size: int = static(64)  # the recurrent core's units
+    sequence_length: int = static(20)  # steps per replayed window (memory only)
+    burn_in: int = static(5)  # leading steps of a window that only warm up the memory
+    sequence_period: int = static(10)  # steps between the starts of a lane's windows
+    value_rescale: bool = static(False)  # learn h(Q) with R2D2's invertible rescaling h
     anneal_lr: bool = static(False)  # linearly to 0 over the updates
     num_evals: int = static(10)
     eval_episodes: int = static(10)
@@ -90,6 +109,8 @@ class Config(offpolicy.ReplaySchedule):
     per_eps: float = 1e-6
     v_min: float = 0.0  # C51 support
     v_max: float = 100.0
+    priority_eta: float = 0.9  # a window's priority: eta * max |td| + (1 - eta) * mean |td|
+    rescale_eps: float = 1e-3  # h's linear term
 
     def __post_init__(self):
         object.__setattr__(self, "env_kwargs", freeze_mapping(self.env_kwargs, "env_kwargs"))
@@ -105,6 +126,41 @@ class Config(offpolicy.ReplaySchedule):
                 f"action space of shape {spec.action_shape} (use SAC, TD3 or DDPG)"
             )
         require_network(self, spec.obs_shape)
+        self.check_memory()
+
+    def check_memory(self) -> None:
+        """ValueErrors for recurrent settings that cannot work."""
+        require_choice(self, "memory", networks.MEMORY_KINDS)
+        for field in ("memory_size", "sequence_length", "sequence_period"):
+            require_int(self, field, 1)
+        require_int(self, "burn_in", 0)
+        if self.value_rescale and self.distributional:
+            raise ValueError("value_rescale does not apply to distributional (C51) targets")
+        if self.memory == "none":
+            return
+        if self.distributional:
+            raise ValueError(f"memory={self.memory!r} does not support distributional=True (C51)")
+        if self.burn_in + self.n_step >= self.sequence_length:
+            raise ValueError(
+                f"burn_in ({self.burn_in}) + n_step ({self.n_step}) must be < sequence_length "
+                f"({self.sequence_length}), else a window has no step with a whole n-step target"
+            )
+        trained = self.sequence_length - self.burn_in - self.n_step + 1
+        if self.sequence_period > trained:
+            raise ValueError(
+                f"sequence_period ({self.sequence_period}) must be <= sequence_length - burn_in - n_step + 1 "
+                f"= {trained} (the steps a window trains), else some steps are never trained"
+            )
+        if self.buffer_size // self.num_envs < self.sequence_length:
+            raise ValueError(
+                f"buffer_size ({self.buffer_size}) must hold sequence_length ({self.sequence_length}) "
+                f"steps of each of num_envs ({self.num_envs}) envs"
+            )
+        if self.warmup_iterations * self.num_steps < self.sequence_length:
+            raise ValueError(
+                f"learning_starts ({self.learning_starts}) must cover sequence_length ({self.sequence_length}) "
+                f"steps of each of num_envs ({self.num_envs}) envs, so a whole window exists before learning"
+            )
 
 
 PRESETS = {"CartPole-v1": {}}
@@ -121,7 +177,19 @@ RAINBOW = dict(
 )
 
 
-VARIANTS = {"rainbow": RAINBOW}  # named flag sets (the CLI's --variant)
+R2D2 = dict(
+    memory="lstm",
+    double=True,
+    dueling=True,
+    prioritized=True,
+    value_rescale=True,
+    epsilon_per_env=True,  # Ape-X / R2D2 actors: a fixed epsilon per env lane
+    per_alpha=0.9,
+    per_beta_start=0.6,
+    per_beta_end=0.6,
+)
+
+VARIANTS = {"rainbow": RAINBOW, "r2d2": R2D2}  # named flag sets (the CLI's --variant)
 
 
 def preset(env_id: str, **overrides) -> Config:
@@ -135,16 +203,25 @@ def rainbow(env_id: str = "CartPole-v1", **overrides) -> Config:
     return preset(env_id, **{**RAINBOW, **overrides})
 
 
+def r2d2(env_id: str = "CartPole-v1", **overrides) -> Config:
+    """The R2D2 preset (Kapturowski et al., 2019): an LSTM Q-network with the dueling
+    head, double Q-learning, n-step targets with value rescaling, prioritized sequence
+    replay with burn-in and per-env epsilons, on top of ``preset(env_id)``; the window
+    sizes are the Config's defaults, shorter than the paper's Atari ones."""
+    return preset(env_id, **{**R2D2, **overrides})
+
+
 @struct.dataclass
 class State:
     params: dict  # {"network": flax params}: all ``act`` needs
     target_params: dict  # the target network's flax params
     opt_state: Any
-    buffer: Any  # replay.ReplayState or prioritized.PrioritizedState
+    buffer: Any  # replay.ReplayState, prioritized.PrioritizedState or (memory) sequence.SequenceState
     env_state: Any  # batched env state [num_envs]
     obs: Any  # [num_envs, *obs_shape]
     timesteps: jax.Array  # int32 env steps so far
     updates: jax.Array  # int32 gradient updates so far
+    carry: Any = ()  # the actors' memory for ``obs``, leaves [num_envs, ...]; () without memory
 
 
 # ----------------------------------------------------------------------------- set-up
@@ -166,6 +243,8 @@ def make_network(config: Config) -> QNetwork:
         noisy=config.noisy,
         num_atoms=config.num_atoms if config.distributional else 1,
         noisy_sigma=config.noisy_sigma,
+        memory=config.memory,
+        memory_size=config.memory_size,
     )
 
 
@@ -190,6 +269,7 @@ def _check_traced(config: Config) -> None:
     require_range(config, "max_grad_norm", 0.0, float("inf"), low_open=True)
     require_range(config, "per_eps", 0.0, float("inf"), low_open=True)
     require_range(config, "apex_alpha", 0.0, float("inf"))
+    require_range(config, "rescale_eps", 0.0, float("inf"))
     for field in (
         "gamma",
         "epsilon_start",
@@ -198,6 +278,7 @@ def _check_traced(config: Config) -> None:
         "per_alpha",
         "per_beta_start",
         "per_beta_end",
+        "priority_eta",
     ):
         require_range(config, field, 0.0, 1.0)
     if not isinstance(config.v_min, jax.core.Tracer) and not isinstance(config.v_max, jax.core.Tracer):
@@ -206,23 +287,34 @@ def _check_traced(config: Config) -> None:
 
 
 def init(key: jax.Array, config: Config) -> State:
-    """Online and target networks, optimiser, an empty buffer and ``num_envs`` reset envs."""
+    """Online and target networks, optimiser, an empty buffer, ``num_envs`` reset envs
+    and (with ``memory``) the actors' initial memory."""
     _check_traced(config)
     env, env_params = offpolicy.make_env(config)
     params_key, noise_key, env_key = jax.random.split(key, 3)
     obs, env_state = rollout.reset(env, env_params, env_key, config.num_envs)
-    network_params = make_network(config).init(
-        {"params": params_key, "noise": noise_key}, jax.tree.map(lambda x: x[:1], obs)
-    )
+    rngs = {"params": params_key, "noise": noise_key}
+    one_obs = jax.tree.map(lambda x: x[:1], obs)
+    carry = initial_carry(config, config.num_envs)
+    action = jnp.zeros(config.num_envs, jnp.int32)
+    if config.memory == "none":
+        network_params = make_network(config).init(rngs, one_obs)
+        buffer = offpolicy.init_buffer(obs, action, config, config.prioritized)
+    else:  # a sequence of one step
+        network_params = make_network(config).init(
+            rngs, jax.tree.map(lambda x: x[None], one_obs), carry=initial_carry(config, 1)
+        )
+        buffer = offpolicy.init_sequence_buffer(obs, action, carry, config)
     return State(
         params={"network": network_params},
         target_params=network_params,
         opt_state=make_optimizer(config).init(network_params),
-        buffer=offpolicy.init_buffer(obs, jnp.zeros(config.num_envs, jnp.int32), config, config.prioritized),
+        buffer=buffer,
         env_state=env_state,
         obs=obs,
         timesteps=jnp.zeros((), jnp.int32),
         updates=jnp.zeros((), jnp.int32),
+        carry=carry,
     )
 
 
@@ -240,13 +332,15 @@ def draw_noise(key: jax.Array, config: Config, shape: tuple = ()) -> jax.Array:
     return jax.random.normal(key, shape + (make_network(config).noise_size(),))
 
 
-def _network_out(network_params, obs, noise: jax.Array | None, config: Config) -> jax.Array:
+def _network_out(network_params, obs, noise: jax.Array | None, config: Config, carry=(), reset=None):
     """Q-values ``[B, A]`` or C51 logits ``[B, A, K]``; ``noise`` is one sample of
-    :func:`draw_noise`, or None for the noise-free network."""
+    :func:`draw_noise`, or None for the noise-free network. With ``memory``: ``obs
+    [T, B, ...]`` entered with ``carry``, ``reset [T, B]`` or None; returns ``(out [T,
+    B, ...], carry)``."""
     network = make_network(config)
     if config.noisy and noise is not None:
-        return network.apply(network_params, obs, noise=noise)
-    return network.apply(network_params, obs, deterministic=True)
+        return network.apply(network_params, obs, noise=noise, carry=carry, reset=reset)
+    return network.apply(network_params, obs, deterministic=True, carry=carry, reset=reset)
 
 
 def _q_values(out: jax.Array, config: Config) -> jax.Array:
@@ -261,27 +355,49 @@ def q_values(params: dict, obs: jax.Array, config: Config, noise_key: jax.Array 
     return _q_values(_network_out(params["network"], obs, noise, config), config)
 
 
+def recurrent_q_values(params: dict, obs, carry, config: Config, noise_key: jax.Array | None = None):
+    """``(q [B, A], carry)``: the recurrent network's action values for observations
+    ``[B, *obs_shape]`` entered with the memory ``carry`` (leaves ``[B, ...]``), and
+    the memory after them."""
+    noise = None if noise_key is None or not config.noisy else draw_noise(noise_key, config)
+    out, carry = _network_out(params["network"], jax.tree.map(lambda x: x[None], obs), noise, config, carry)
+    return out[0], carry
+
+
+def initial_carry(config: Config, batch_size: int):
+    """The Q-network's memory before an episode's first step, for ``batch_size`` envs:
+    zeros, leaves ``[batch_size, memory_size]``; ``()`` without memory."""
+    return networks.initial_carry(config.memory, config.memory_size, batch_size)
+
+
 def act(
     params: dict,
     obs: jax.Array,
+    carry,
     key: jax.Array,
     config: Config,
     deterministic: bool = False,
     epsilon: jax.Array | float = 0.0,
-) -> jax.Array:
-    """Actions ``[B]`` for observations ``[B, *obs_shape]``.
+):
+    """``(action [B], carry)`` for observations ``[B, *obs_shape]`` and the memory
+    ``carry`` (:func:`initial_carry`: leaves ``[B, ...]``, ``()`` without memory, which
+    is passed through). The caller resets the returned carry where an episode ends.
 
     Greedy in the Q-values; with probability ``epsilon`` (a scalar or one per row) a
     uniformly random action instead. Noisy nets draw fresh noise unless
     ``deterministic``, which also turns epsilon off."""
     noise_key, explore_key, random_key = jax.random.split(key, 3)
-    q = q_values(params, obs, config, None if deterministic else noise_key)
+    noise_key = None if deterministic else noise_key
+    if config.memory == "none":
+        q = q_values(params, obs, config, noise_key)
+    else:
+        q, carry = recurrent_q_values(params, obs, carry, config, noise_key)
     greedy = jnp.argmax(q, axis=-1).astype(jnp.int32)
     if deterministic:
-        return greedy
+        return greedy, carry
     random_action = jax.random.randint(random_key, greedy.shape, 0, q.shape[-1], jnp.int32)
     explore = jax.random.uniform(explore_key, greedy.shape) < epsilon
-    return jnp.where(explore, random_action, greedy)
+    return jnp.where(explore, random_action, greedy), carry
 
 
 def epsilon(timesteps: jax.Array, config: Config) -> jax.Array:
@@ -300,10 +416,18 @@ def epsilon(timesteps: jax.Array, config: Config) -> jax.Array:
 
 def sample(state: State, key: jax.Array, config: Config) -> dict:
     """A batch of :func:`jaxrl.offpolicy.sample`: ``batch_size`` n-step transitions
-    with importance-sampling ``weight`` (beta annealed over the run) and ``index``."""
+    with importance-sampling ``weight`` (beta annealed over the run) and ``index``.
+
+    With ``memory``: ``batch_size`` windows of :func:`jaxrl.buffers.sequence.sample`,
+    the transition fields with leaves ``[B, L, ...]`` except ``carry``, the memory
+    entering each window's first step (leaves ``[B, ...]``), plus ``weight [B]`` and
+    ``index``."""
     progress = jnp.clip(state.timesteps / config.total_timesteps, 0.0, 1.0)
     beta = config.per_beta_start + progress * (config.per_beta_end - config.per_beta_start)
-    return offpolicy.sample(state.buffer, key, config, beta)
+    if config.memory == "none":
+        return offpolicy.sample(state.buffer, key, config, beta)
+    batch = sequence.sample(state.buffer, key, config.batch_size, beta)
+    return {**batch.data, "carry": batch.carry, "weight": batch.weights, "index": batch.index}
 
 
 def loss_fn(network_params, target_params, batch: dict, key: jax.Array, config: Config):
@@ -314,9 +438,12 @@ def loss_fn(network_params, target_params, batch: dict, key: jax.Array, config: 
     the target network, as in Hessel et al.'s Rainbow, both drawn from ``key``.
 
     Returns ``(loss, (metrics, priority_error [B]))``; ``priority_error`` is the TD
-    error (C51: the KL divergence from the projected target) that prioritized replay
-    turns into priorities.
+    error (C51: the KL divergence from the projected target; with ``memory``, each
+    window's :func:`sequence_loss_fn` priority) that prioritized replay turns into
+    priorities.
     """
+    if config.memory != "none":
+        return sequence_loss_fn(network_params, target_params, batch, key, config)
     online_noise, target_noise = draw_noise(key, config, (2,)) if config.noisy else (None, None)
     rows = jnp.arange(config.batch_size)
     out = _network_out(network_params, batch["obs"], online_noise, config)[rows, batch["action"]]
@@ -337,7 +464,12 @@ def loss_fn(network_params, target_params, batch: dict, key: jax.Array, config: 
         q_taken = jnp.sum(jnp.exp(log_probs) * support(config), axis=-1)
     else:
         q_taken = out
-        priority_error = batch["reward"] + discount * next_out - q_taken
+        if config.value_rescale:  # the network learns h(Q): unrescale, back up, rescale
+            next_value = returns.value_unrescale(next_out, config.rescale_eps)
+            target = returns.value_rescale(batch["reward"] + discount * next_value, config.rescale_eps)
+        else:
+            target = batch["reward"] + discount * next_out
+        priority_error = target - q_taken
         if config.loss == "huber":
             elementwise = optax.huber_loss(priority_error)
         else:
@@ -345,6 +477,122 @@ def loss_fn(network_params, target_params, batch: dict, key: jax.Array, config: 
     loss = jnp.mean(batch["weight"] * elementwise)
     metrics = {"loss": loss, "q_mean": jnp.mean(q_taken), "td_abs": jnp.mean(jnp.abs(priority_error))}
     return loss, (metrics, jax.lax.stop_gradient(priority_error))
+
+
+def unroll(network_params, obs, next_obs, carry, reset: jax.Array, noise: jax.Array | None, config: Config):
+    """The recurrent Q-network over windows, time-major, one step at a time.
+
+    Args:
+      obs: ``[T, B, *obs_shape]``; ``carry`` the memory entering step 0 (leaves ``[B,
+        ...]``); ``reset [T, B]`` True where step ``t`` begins an episode.
+      next_obs: ``[T, B, *obs_shape]`` the observation each step reached (the final one
+        where an episode ended), or None to skip it.
+      noise: one sample of :func:`draw_noise` for every step, or None.
+    Returns ``(out [T, B, A], next_out [T, B, A] or None, carry)``: ``next_out[t]`` is
+    the network on ``next_obs[t]`` with the memory after step ``t``, before any reset.
+    """
+    add_time = lambda tree: jax.tree.map(lambda x: x[None], tree)  # noqa: E731
+
+    def one_step(carry, inputs):
+        obs_t, next_obs_t, reset_t = inputs
+        out_t, carry = _network_out(network_params, add_time(obs_t), noise, config, carry, reset_t[None])
+        if next_obs_t is None:
+            return carry, (out_t[0], None)
+        next_out_t, _ = _network_out(network_params, add_time(next_obs_t), noise, config, carry)
+        return carry, (out_t[0], next_out_t[0])
+
+    carry, (out, next_out) = jax.lax.scan(one_step, carry, (obs, next_obs, reset))
+    return out, next_out, carry
+
+
+def episode_starts(done: jax.Array) -> jax.Array:
+    """``[T, B]`` True where the previous step ended an episode (``done [T, B]``
+    shifted by one); False at ``t = 0``, whose stored carry is already reset."""
+    return jnp.concatenate([jnp.zeros_like(done[:1]), done[:-1]])
+
+
+def trained_steps(config: Config) -> jax.Array:
+    """bool ``[L - burn_in]``: the window steps after the burn-in that the loss
+    trains, those whose ``n_step`` targets lie inside the window."""
+    mask = sequence.burn_in_mask(config.sequence_length, config.burn_in, config.n_step - 1)
+    return mask[config.burn_in :]
+
+
+def sequence_q_values(network_params, target_params, batch: dict, online_noise, target_noise, config: Config):
+    """The online and target networks re-run over the windows of a :func:`sample`
+    batch from their stored memory, resetting it after every episode end.
+
+    The first ``burn_in`` steps only warm up each network's memory, under
+    ``stop_gradient``. Returns, time-major over the ``T = L - burn_in`` steps after
+    them: ``q [T, B, A]`` (online, differentiable), ``next_online [T, B, A]`` and
+    ``next_target [T, B, A]`` (gradient stopped) at each step's ``next_obs``, and the
+    batch's time-major fields."""
+    time_major = {
+        name: jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), batch[name])
+        for name in ("obs", "action", "reward", "terminated", "truncated", "next_obs")
+    }
+    time_major["reset"] = episode_starts(time_major["terminated"] | time_major["truncated"])
+    warm = jax.tree.map(lambda x: x[: config.burn_in], time_major)
+    train = jax.tree.map(lambda x: x[config.burn_in :], time_major)
+    online_carry = target_carry = batch["carry"]
+    if config.burn_in > 0:
+        frozen = jax.lax.stop_gradient(network_params)
+        _, _, online_carry = unroll(frozen, warm["obs"], None, online_carry, warm["reset"], online_noise, config)
+        _, _, target_carry = unroll(target_params, warm["obs"], None, target_carry, warm["reset"], target_noise, config)
+        online_carry = jax.lax.stop_gradient(online_carry)
+    double_obs = train["next_obs"] if config.double else None
+    q, next_online, _ = unroll(
+        network_params, train["obs"], double_obs, online_carry, train["reset"], online_noise, config
+    )
+    _, next_target, _ = unroll(
+        target_params, train["obs"], train["next_obs"], target_carry, train["reset"], target_noise, config
+    )
+    next_online = next_target if next_online is None else next_online  # without double: the target's argmax
+    return q, jax.lax.stop_gradient(next_online), jax.lax.stop_gradient(next_target), train
+
+
+def sequence_loss_fn(network_params, target_params, batch: dict, key: jax.Array, config: Config):
+    """R2D2's loss on a batch of windows from :func:`sample` (``memory`` on).
+
+    :func:`sequence_q_values`, then n-step double-Q targets
+    (:func:`jaxrl.returns.double_q_n_step_targets`, value-rescaled with
+    ``value_rescale``), bootstrapped through truncation from ``next_obs`` and stopped at
+    termination. Each window's loss is the mean Huber (or squared) TD error over its
+    :func:`trained_steps`, weighted by its importance weight. Noisy nets: one noise
+    sample for the online network and one for the target, for every step.
+
+    Returns ``(loss, (metrics, priority [B]))`` with ``priority`` the window's
+    :func:`jaxrl.buffers.sequence.sequence_priority` of ``|td|`` on its trained steps.
+    """
+    online_noise, target_noise = draw_noise(key, config, (2,)) if config.noisy else (None, None)
+    q, next_online, next_target, train = sequence_q_values(
+        network_params, target_params, batch, online_noise, target_noise, config
+    )
+    q_taken = jnp.take_along_axis(q, train["action"][..., None], axis=-1)[..., 0]  # [T, B]
+    target = returns.double_q_n_step_targets(
+        train["reward"],
+        next_online,
+        next_target,
+        train["terminated"],
+        train["truncated"],
+        config.gamma,
+        config.n_step,
+        config.rescale_eps if config.value_rescale else None,
+    )
+    td = target - q_taken
+    elementwise = optax.huber_loss(td) if config.loss == "huber" else 0.5 * jnp.square(td)
+    mask = trained_steps(config)[:, None]  # [T, 1]
+    count = jnp.sum(mask)
+    per_window = jnp.sum(jnp.where(mask, elementwise, 0.0), axis=0) / count  # [B]
+    loss = jnp.mean(batch["weight"] * per_window)
+    mask_bt = jnp.broadcast_to(mask.T, td.T.shape)
+    priority = sequence.sequence_priority(td.T, mask_bt, config.priority_eta)
+    metrics = {
+        "loss": loss,
+        "q_mean": jnp.sum(jnp.where(mask, q_taken, 0.0)) / (count * config.batch_size),
+        "td_abs": jnp.sum(jnp.where(mask, jnp.abs(td), 0.0)) / (count * config.batch_size),
+    }
+    return loss, (metrics, jax.lax.stop_gradient(priority))
 
 
 def update(state: State, batch: dict, key: jax.Array, config: Config):
@@ -366,8 +614,10 @@ def update(state: State, batch: dict, key: jax.Array, config: Config):
     refresh = num_updates % config.target_update_period == 0
     target_params = offpolicy.polyak(state.target_params, network_params, jnp.where(refresh, config.tau, 0.0))
     buffer = state.buffer
-    if config.prioritized:
+    if config.prioritized and config.memory == "none":
         buffer = prioritized.update_priorities(buffer, batch["index"], priority_error, config.per_alpha, config.per_eps)
+    elif config.prioritized:  # without, every window keeps the first max priority: uniform replay
+        buffer = sequence.update_priorities(buffer, batch["index"], priority_error, config.per_alpha, config.per_eps)
     state = state.replace(
         params={"network": network_params},
         target_params=target_params,
@@ -379,12 +629,15 @@ def update(state: State, batch: dict, key: jax.Array, config: Config):
 
 
 def _collect(state: State, key: jax.Array, config: Config, lane_epsilon: jax.Array):
-    """``num_steps`` epsilon-greedy steps from every env, stored in the buffer."""
-
-    def policy(obs, policy_key):
-        return act(state.params, obs, policy_key, config, epsilon=lane_epsilon), {}
-
-    state, metrics = offpolicy.collect(state, policy, key, config)
+    """``num_steps`` epsilon-greedy steps from every env, stored in the buffer (with
+    ``memory``: with the carry entering each step, the actors' memory advanced)."""
+    params = state.params
+    if config.memory == "none":
+        policy = lambda obs, k: act(params, obs, (), k, config, epsilon=lane_epsilon)[0]  # noqa: E731
+        state, metrics = offpolicy.collect(state, policy, key, config)
+    else:
+        policy = lambda obs, carry, k: act(params, obs, carry, k, config, epsilon=lane_epsilon)  # noqa: E731
+        state, metrics = offpolicy.collect_recurrent(state, policy, key, config)
     metrics["epsilon"] = jnp.mean(lane_epsilon)
     return state, metrics
 
@@ -417,7 +670,7 @@ def warmup_step(state: State, key: jax.Array, config: Config):
 
 def evaluate(params: dict, key: jax.Array, config: Config) -> evaluation.EvalResult:
     """Greedy (noise-free) returns of ``eval_episodes`` episodes."""
-    return evaluation.evaluate_config(act, params, key, config)
+    return evaluation.evaluate_config(act, initial_carry, params, key, config)
 
 
 def program(config: Config) -> loop.Program:

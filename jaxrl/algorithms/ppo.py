@@ -6,6 +6,11 @@ normalisation and optional observation normalisation; discrete (categorical) and
 continuous (diagonal Gaussian) actions. One iteration collects ``num_steps`` steps from
 ``num_envs`` envs and runs ``num_epochs`` passes of ``num_minibatches`` minibatches.
 
+With memory (``memory="gru"`` or ``"lstm"``) the minibatches are sequences: each env's
+rollout is cut into chunks of ``sequence_length`` steps, the chunks are shuffled across
+envs and time, and each epoch re-runs the policy over every chunk from the memory
+stored when the chunk's first step was taken, resetting it where episodes ended.
+
     config = ppo.Config(env_id="CartPole-v1")
     out = jax.jit(ppo.train)(jax.random.key(0), config)
     out.metrics["eval_return"]   # [num_iterations], NaN where no evaluation ran
@@ -13,13 +18,15 @@ continuous (diagonal Gaussian) actions. One iteration collects ``num_steps`` ste
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 from flax import struct
 
 from jaxrl import loop, onpolicy, optim, returns, rollout
 from jaxrl.config import require_int, require_range, static
-from jaxrl.onpolicy import State, act, evaluate, make_env, make_network, policy_and_value
+from jaxrl.onpolicy import State, act, evaluate, initial_carry, make_env, make_network, policy_and_value
 from jaxrl.types import TrainOutput, Trajectory
 
 __all__ = [  # the contract; act, evaluate, State ... are jaxrl.onpolicy's
@@ -27,6 +34,7 @@ __all__ = [  # the contract; act, evaluate, State ... are jaxrl.onpolicy's
     "State",
     "init",
     "act",
+    "initial_carry",
     "update",
     "step",
     "train",
@@ -38,6 +46,8 @@ __all__ = [  # the contract; act, evaluate, State ... are jaxrl.onpolicy's
     "preset",
     "loss_fn",
     "compute_targets",
+    "minibatch_rows",
+    "minibatch_policy_and_value",
 ]
 
 
@@ -52,17 +62,30 @@ class Config(onpolicy.Config):
     num_epochs: int = static(4)
     num_minibatches: int = static(4)
     clip_value_loss: bool = static(True)
+    sequence_length: Any = static(None)  # with memory: steps per minibatch sequence (None: num_steps)
     clip_eps: float = 0.2  # traced
 
     def __post_init__(self):
         super().__post_init__()
         for field in ("num_epochs", "num_minibatches"):
             require_int(self, field, 1)
-        if (self.num_envs * self.num_steps) % self.num_minibatches:
-            raise ValueError(
-                f"num_minibatches ({self.num_minibatches}) must divide the batch "
-                f"num_envs * num_steps = {self.num_envs * self.num_steps}"
-            )
+        if self.memory == "none":
+            if self.sequence_length is not None:
+                raise ValueError("sequence_length applies to recurrent policies (memory='gru' or 'lstm')")
+            rows, what = self.num_envs * self.num_steps, "the batch num_envs * num_steps"
+        else:
+            if self.sequence_length is not None:
+                require_int(self, "sequence_length", 1)
+            if self.num_steps % self.chunk_length:
+                raise ValueError(f"sequence_length ({self.sequence_length}) must divide num_steps ({self.num_steps})")
+            rows, what = self.num_envs * self.num_steps // self.chunk_length, "the number of sequences"
+        if rows % self.num_minibatches:
+            raise ValueError(f"num_minibatches ({self.num_minibatches}) must divide {what} = {rows}")
+
+    @property
+    def chunk_length(self) -> int:
+        """Steps per minibatch sequence of a recurrent policy."""
+        return self.num_steps if self.sequence_length is None else self.sequence_length
 
     def check_traced(self) -> None:
         super().check_traced()
@@ -90,6 +113,18 @@ PRESETS = {
         clip_value_loss=False,
         log_std_init=-0.5,
     ),
+    # Memory: a GRU over 16-step sequences; 16 envs and a larger learning rate than
+    # CartPole's defaults (tests/test_memory.py's learning test and benchmarks/RESULTS.md).
+    "MaskedCartPole-v1": dict(
+        num_envs=16,
+        num_steps=64,
+        num_minibatches=8,
+        learning_rate=1e-3,
+        hidden_sizes=(64,),
+        memory="gru",
+        memory_size=64,
+        sequence_length=16,
+    ),
 }
 
 
@@ -106,10 +141,23 @@ def init(key: jax.Array, config: Config) -> State:
 # ----------------------------------------------------------------------------- learning
 
 
+def minibatch_policy_and_value(params: dict, batch: dict, config: Config):
+    """The policy and values of ``params`` on a minibatch's observations, shaped like
+    its rows: ``[B]`` (feed-forward), or ``[B, L]`` for sequences re-run from the
+    ``carry`` stored at their first step (leaves ``[B, ...]``), the memory reset where
+    ``reset [B, L]`` marks an episode's start."""
+    if config.memory == "none":
+        return policy_and_value(params, batch["obs"], config)[:2]
+    time_major = lambda x: jnp.swapaxes(x, 0, 1)  # noqa: E731
+    obs = jax.tree.map(time_major, batch["obs"])
+    distribution, value, _ = policy_and_value(params, obs, config, batch["carry"], time_major(batch["reset"]))
+    return jax.tree.map(time_major, (distribution, value))
+
+
 def loss_fn(network_params, obs_stats, batch: dict, config: Config):
-    """PPO loss on a minibatch of flat ``[B, ...]`` arrays; returns ``(loss, metrics)``."""
+    """PPO loss on a minibatch of :func:`minibatch_rows` rows; returns ``(loss, metrics)``."""
     params = {"network": network_params, "obs_stats": obs_stats}
-    distribution, value = policy_and_value(params, batch["obs"], config)
+    distribution, value = minibatch_policy_and_value(params, batch, config)
     log_prob = distribution.log_prob(batch["action"])
     log_ratio = log_prob - batch["log_prob"]
     ratio = jnp.exp(log_ratio)
@@ -139,7 +187,7 @@ def loss_fn(network_params, obs_stats, batch: dict, config: Config):
 
 def compute_targets(params: dict, trajectory: Trajectory, config: Config):
     """GAE advantages and value targets ``[T, N]``, bootstrapping from ``next_obs``."""
-    value_next = onpolicy.value(params, trajectory.next_obs, config)
+    value_next = onpolicy.bootstrap_value(params, trajectory, config)
     advantage = returns.gae(
         trajectory.reward,
         trajectory.extras["value"],
@@ -150,6 +198,24 @@ def compute_targets(params: dict, trajectory: Trajectory, config: Config):
         config.gae_lambda,
     )
     return advantage, advantage + trajectory.extras["value"]
+
+
+def minibatch_rows(batch: dict, trajectory: Trajectory, config: Config) -> dict:
+    """The rollout's ``[T, N, ...]`` arrays as the rows minibatches are drawn from:
+    every transition ``[T * N, ...]`` (feed-forward), or every chunk of
+    ``config.chunk_length`` steps of one env ``[C, L, ...]`` (recurrent), with the
+    ``carry`` stored at its first step and ``reset [C, L]``."""
+    if config.memory == "none":
+        return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
+    length = config.chunk_length
+
+    def chunks(x):  # [T, N, ...] -> [N, T / L, L, ...] -> [N * T / L, L, ...]
+        x = jnp.swapaxes(x, 0, 1)
+        return x.reshape((-1, length) + x.shape[2:])
+
+    batch = jax.tree.map(chunks, {**batch, "reset": onpolicy.episode_starts(trajectory)})
+    batch["carry"] = jax.tree.map(lambda c: chunks(c)[:, 0], trajectory.extras["carry"])
+    return batch
 
 
 def update(state: State, trajectory: Trajectory, key: jax.Array, config: Config):
@@ -167,8 +233,7 @@ def update(state: State, trajectory: Trajectory, key: jax.Array, config: Config)
         "advantage": advantage,
         "target": target,
     }
-    batch_size = config.num_envs * config.num_steps
-    batch = jax.tree.map(lambda x: x.reshape((batch_size,) + x.shape[2:]), batch)
+    batch = minibatch_rows(batch, trajectory, config)
     optimizer = onpolicy.make_optimizer(config, config.num_epochs * config.num_minibatches)
     obs_stats = state.params["obs_stats"]
 

@@ -207,16 +207,21 @@ def policy_distribution(actor_params, obs: jax.Array, config: Config):
     return TanhNormal(loc, jnp.exp(log_std))
 
 
-def act(params: dict, obs: jax.Array, key: jax.Array, config: Config, deterministic: bool = False) -> jax.Array:
-    """Env actions for observations ``[B, *obs_shape]``: sampled from the policy, or
-    its mode when ``deterministic`` (``tanh`` of the mean; the most likely action).
-    int32 ``[B]`` with ``discrete``, else ``[B, *action_shape]`` within the bounds."""
+initial_carry = offpolicy.initial_carry
+
+
+def act(params: dict, obs: jax.Array, carry, key: jax.Array, config: Config, deterministic: bool = False):
+    """``(action, carry)`` for observations ``[B, *obs_shape]``: the action sampled from
+    the policy, or its mode when ``deterministic`` (``tanh`` of the mean; the most likely
+    action), int32 ``[B]`` with ``discrete``, else ``[B, *action_shape]`` within the
+    bounds. The actor has no memory: ``carry`` (:func:`initial_carry`: ``()``) is
+    passed through."""
     dist = policy_distribution(params["actor"], obs, config)
     action = dist.mode() if deterministic else dist.sample(key)
     if config.discrete:
-        return action
+        return action, carry
     spec = env_spec(config)
-    return spec.from_unit(action.reshape(action.shape[:1] + spec.action_shape))
+    return spec.from_unit(action.reshape(action.shape[:1] + spec.action_shape)), carry
 
 
 # ----------------------------------------------------------------------------- learning
@@ -335,7 +340,7 @@ def warmup_step(state: State, key: jax.Array, config: Config):
 
 def evaluate(params: dict, key: jax.Array, config: Config) -> evaluation.EvalResult:
     """Returns of ``eval_episodes`` episodes of the deterministic policy (its mode)."""
-    return evaluation.evaluate_config(act, params, key, config)
+    return evaluation.evaluate_config(act, initial_carry, params, key, config)
 
 
 def program(config: Config) -> loop.Program:
