@@ -130,6 +130,41 @@ ENTRIES = {
             "its evaluation samples the policy (jaxrl's takes the mode).",
         ),
     ),
+    # The price of memory: PPO with a 128-unit GRU at PureJaxRL's recurrent CartPole settings
+    # (purejaxrl/ppo_rnn.py: 4 envs x 128 steps, 4 epochs x 4 minibatches, each minibatch whole
+    # sequences of 1 env), beside feed-forward PPO at equal settings, on CartPole-v1 and on
+    # MaskedCartPole-v1 (cart position and pole angle only). No peer: rejax has no recurrent PPO.
+    **{
+        f"ppo-{kind}{suffix}": Entry(
+            "ppo",
+            f"PPO ({'128-unit GRU' if kind == 'gru' else 'feed-forward, equal width'}) on {env_id} at PureJaxRL's "
+            "recurrent-PPO settings",
+            env_id,
+            budget=500_000,
+            quick=20_480,
+            config=dict(
+                num_envs=4,
+                num_steps=128,
+                num_epochs=4,
+                num_minibatches=4,
+                activation="relu",
+                anneal_lr=True,
+                learning_rate=2.5e-4,
+                **(
+                    dict(hidden_sizes=(128,), memory="gru", memory_size=128)
+                    if kind == "gru"
+                    else dict(hidden_sizes=(128, 128))
+                ),
+            ),
+            notes=(
+                "PureJaxRL's ppo_rnn.py network: a 128-unit relu embedding, the GRU, then a 128-unit relu layer "
+                "before each head; jaxrl's: the 128-unit relu torso, the GRU, linear heads. Feed-forward rows: "
+                "a 128 x 128 relu torso per head, the GRU's place taken by a dense layer.",
+            ),
+        )
+        for kind in ("gru", "ff")
+        for suffix, env_id in (("", "CartPole-v1"), ("-masked", "MaskedCartPole-v1"))
+    },
     # The A2C family at their Configs' defaults (no peer: rejax 0.1.3 has none of them).
     "a2c": Entry("a2c", "A2C on CartPole-v1 at a2c.Config()'s defaults", "CartPole-v1", 200_000, 20_000),
     "reinforce": Entry(
@@ -477,13 +512,15 @@ def run_floor(jax, entry: Entry, seeds: int, args) -> dict:
     arithmetic, returns, replay, optimiser, target schedule, episode statistics or
     evaluation: any implementation of these settings does at least this work.
 
-    Each ``*_passes`` builder returns ``init(key, obs) -> params``, ``act(params, obs) ->
-    (action, kept)`` and ``learn(params, observed [T, N, ...]) -> (params, kept)``, where
-    ``kept`` is an output no later pass reads (a value), so that nothing waits for it.
+    Each ``*_passes`` builder returns ``init(key, obs) -> params``, ``act(params, obs,
+    memory) -> (action, kept, memory)`` and ``learn(params, (obs [T, N, ...], memory
+    [T, N, ...])) -> (params, kept)``, where ``memory`` is a recurrent policy's carry
+    (``()`` without memory, reset where episodes end) and ``kept`` an output no later
+    pass reads (a value), so that nothing waits for it.
     """
     import jax.numpy as jnp
 
-    from jaxrl import envs, rollout
+    from jaxrl import envs, networks, rollout
 
     module, config = jaxrl_config(entry, args.quick)
     env, env_params = envs.make(config.env_id, **dict(config.env_kwargs))
@@ -498,26 +535,28 @@ def run_floor(jax, entry: Entry, seeds: int, args) -> dict:
     def iteration(carry, key, acting):
         # ``kept``: outputs no later pass reads (values), summed into the carry so that XLA
         # keeps their passes without making anything wait for them.
-        params, env_state, obs, kept = carry
+        params, env_state, obs, memory, kept = carry
         if fresh_start:
             key, reset_key = jax.random.split(key)
             obs, env_state = rollout.reset(env, env_params, reset_key, config.num_envs)
+            memory = module.initial_carry(config, config.num_envs)
 
         def one_step(carry, keys):
-            env_state, obs = carry
-            action, keep = act(params, obs) if acting else (no_action, jnp.zeros(()))
-            next_obs, env_state, *_ = env_step(keys, env_state, action, env_params)
-            return (env_state, next_obs), (obs, jnp.mean(keep))
+            env_state, obs, memory = carry
+            action, keep, next_memory = act(params, obs, memory) if acting else (no_action, jnp.zeros(()), memory)
+            next_obs, env_state, _, terminated, truncated, _ = env_step(keys, env_state, action, env_params)
+            next_memory = networks.reset_carry(next_memory, terminated | truncated)
+            return (env_state, next_obs, next_memory), ((obs, memory), jnp.mean(keep))
 
         keys = jax.random.split(key, (config.num_steps, config.num_envs))
-        (env_state, obs), (observed, keep) = jax.lax.scan(one_step, (env_state, obs), keys)
+        (env_state, obs, memory), (observed, keep) = jax.lax.scan(one_step, (env_state, obs, memory), keys)
         params, learned = learn(params, observed) if acting else (params, jnp.zeros(()))
-        return (params, env_state, obs, kept + jnp.sum(keep) + learned), None
+        return (params, env_state, obs, memory, kept + jnp.sum(keep) + learned), None
 
     def one_seed(key):
         init_key, env_key, key = jax.random.split(key, 3)
         obs, env_state = rollout.reset(env, env_params, env_key, config.num_envs)
-        carry = (init(init_key, obs), env_state, obs, jnp.zeros(()))
+        carry = (init(init_key, obs), env_state, obs, module.initial_carry(config, config.num_envs), jnp.zeros(()))
         keys = jax.random.split(key, config.num_iterations)
         if warmup:
             carry = jax.lax.scan(lambda c, k: iteration(c, k, False), carry, keys[:warmup])[0]
@@ -542,34 +581,56 @@ def run_floor(jax, entry: Entry, seeds: int, args) -> dict:
 def onpolicy_passes(jax, module, config, spec):
     """PPO and the A2C family: the actor-critic's forward pass at every step; per iteration
     the critic's bootstrap values of as many observations, then ``num_epochs *
-    num_minibatches`` forward and backward passes (A2C: one, on the whole rollout)."""
+    num_minibatches`` forward and backward passes (A2C: one, on the whole rollout). With
+    memory, every pass runs the recurrent core: acting one step from the carry, the
+    bootstrap values as two-step sequences from each step's stored carry, and the learner
+    over sequences of ``chunk_length`` steps from the carry stored at their first step."""
     import jax.numpy as jnp
-
-    from jaxrl.networks import ActorCritic
 
     network = module.make_network(config)
     epochs, minibatches = getattr(config, "num_epochs", 1), getattr(config, "num_minibatches", 1)
+    recurrent = config.memory != "none"
+    length = getattr(config, "chunk_length", config.num_steps) if recurrent else 1
 
-    def act(params, obs):  # the policy's mode; the value is kept, as a rollout stores it
-        out, value = network.apply(params, obs)
+    def act(params, obs, memory):  # the policy's mode; the value is kept, as a rollout stores it
+        if recurrent:  # a sequence of one step
+            out, value, memory = network.apply(params, obs[None], memory)
+            out, value = (out[0] if spec.discrete else (out[0][0], out[1])), value[0]
+        else:
+            out, value, memory = network.apply(params, obs)
         action = jnp.argmax(out, axis=-1) if spec.discrete else jnp.clip(out[0], spec.action_low, spec.action_high)
-        return action, value
+        return action, value, memory
 
-    def loss(params, obs):
-        return sum(jnp.mean(jnp.square(x)) for x in jax.tree.leaves(network.apply(params, obs)))
+    def loss(params, obs, memory):
+        return sum(jnp.mean(jnp.square(x)) for x in jax.tree.leaves(network.apply(params, obs, memory)[:2]))
 
     def learn(params, observed):
-        flat = observed.reshape((-1, *spec.obs_shape))
-        bootstrap = network.apply(params, flat, method=ActorCritic.value)
-        batches = flat.reshape((minibatches, -1, *spec.obs_shape))
+        obs, memory = observed
+        if recurrent:  # each step's value after advancing its stored carry through obs: [2, T * N] sequences
+            flat = lambda x: x.reshape((-1, *x.shape[2:]))
+            bootstrap = network.apply(params, jnp.stack([flat(obs), flat(obs)]), jax.tree.map(flat, memory))[1]
+            # [T, N, ...] -> [N * T / L chunks, L, ...] -> minibatches of [L, chunks, ...] sequences
+            chunks = lambda x: jnp.swapaxes(x, 0, 1).reshape((minibatches, -1, length, *x.shape[2:]))
+            batches = (jnp.swapaxes(chunks(obs), 1, 2), jax.tree.map(lambda m: chunks(m)[:, :, 0], memory))
+        else:
+            flat = obs.reshape((-1, *spec.obs_shape))
+            bootstrap = network.apply(params, flat)[1]
+            batches = (flat.reshape((minibatches, -1, *spec.obs_shape)), jnp.zeros((minibatches,)))
 
         def epoch(params, _):
-            minibatch = lambda params, obs: (tiny_sgd(jax, params, jax.grad(loss)(params, obs)), None)
+            def minibatch(params, batch):
+                obs, memory = batch
+                return tiny_sgd(jax, params, jax.grad(loss)(params, obs, memory if recurrent else ())), None
+
             return jax.lax.scan(minibatch, params, batches)[0], None
 
         return jax.lax.scan(epoch, params, None, length=epochs)[0], jnp.mean(bootstrap)
 
-    return lambda key, obs: network.init(key, obs[:1]), act, learn
+    def init(key, obs):
+        sequence = obs[None, :1] if recurrent else obs[:1]
+        return network.init(key, sequence, module.initial_carry(config, 1))
+
+    return init, act, learn
 
 
 def random_batch(config, spec) -> dict:
@@ -624,7 +685,7 @@ def dqn_passes(jax, module, config, spec):
         grads = jax.grad(loss)(params["online"])
         return {"online": tiny_sgd(jax, params["online"], grads), "target": tiny_sgd(jax, params["target"], grads)}
 
-    act = lambda params, obs: (jnp.argmax(network.apply(params["online"], obs), axis=-1), jnp.zeros(()))
+    act = lambda params, obs, memory: (jnp.argmax(network.apply(params["online"], obs), axis=-1), jnp.zeros(()), memory)
     return init, act, updates(jax, config, critic_step, lambda params: params)
 
 
@@ -657,9 +718,9 @@ def sac_passes(jax, module, config, spec):
             "target": tiny_sgd(jax, params["target"], critic_grad),
         }
 
-    def act(params, obs):  # the tanh of the Gaussian's mean, on the action bounds
+    def act(params, obs, memory):  # the tanh of the Gaussian's mean, on the action bounds
         loc = actor.apply(params["actor"], obs)[0]
-        return spec.from_unit(jnp.tanh(loc).reshape(action_batch_shape(obs, spec))), jnp.zeros(())
+        return spec.from_unit(jnp.tanh(loc).reshape(action_batch_shape(obs, spec))), jnp.zeros(()), memory
 
     return init, act, updates(jax, config, step, lambda params: params)
 
@@ -700,8 +761,9 @@ def ddpg_passes(jax, module, config, spec):
             "target_actor": tiny_sgd(jax, params["target_actor"], grads),
         }
 
-    def act(params, obs):
-        return spec.from_unit(actor.apply(params["actor"], obs).reshape(action_batch_shape(obs, spec))), jnp.zeros(())
+    def act(params, obs, memory):
+        action = spec.from_unit(actor.apply(params["actor"], obs).reshape(action_batch_shape(obs, spec)))
+        return action, jnp.zeros(()), memory
 
     return init, act, updates(jax, config, critic_step, actor_step, config.policy_delay)
 
