@@ -192,9 +192,11 @@ class ActorCritic(nn.Module):
     """An actor-critic: a policy head and a scalar value head.
 
     Feed-forward (``memory="none"``): separate actor and critic torsos; ``obs`` has any
-    leading dims ``[...]``. Recurrent (``"gru"`` / ``"lstm"``): one torso, then a
-    :class:`RecurrentCore` of ``memory_size`` units shared by both heads; ``obs`` is a
-    sequence ``[T, B, *obs_shape]``, ``carry`` the core's state entering it and
+    leading dims ``[...]``. Recurrent (``"gru"`` / ``"lstm"``): a torso, then a
+    :class:`RecurrentCore` of ``memory_size`` units, one shared by both heads (``carry``
+    the core's state) or, without ``shared_memory``, one of each for the actor and the
+    critic (``carry`` a dict of both cores' states, keys ``"actor"`` and ``"critic"``);
+    ``obs`` is a sequence ``[T, B, *obs_shape]``, ``carry`` the state entering it and
     ``reset [T, B]`` marks the steps that begin an episode.
 
     ``__call__(obs, carry=(), reset=None) -> (policy_out, value [...], carry)``, with
@@ -211,15 +213,18 @@ class ActorCritic(nn.Module):
     log_std_init: float = 0.0
     memory: str = "none"
     memory_size: int = 128
+    shared_memory: bool = True
 
     def setup(self):
         require_memory(self.memory)
-        if self.memory == "none":
-            self.actor_torso = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)
-            self.critic_torso = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)
+        make_torso = lambda: torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)  # noqa: E731
+        if self.memory != "none" and self.shared_memory:
+            self.torso, self.core = make_torso(), RecurrentCore(self.memory, self.memory_size)
         else:
-            self.torso = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)
-            self.core = RecurrentCore(self.memory, self.memory_size)
+            self.actor_torso, self.critic_torso = make_torso(), make_torso()
+        if self.memory != "none" and not self.shared_memory:
+            self.actor_core = RecurrentCore(self.memory, self.memory_size)
+            self.critic_core = RecurrentCore(self.memory, self.memory_size)
         self.policy_head = nn.Dense(self.action_dim, kernel_init=orthogonal(0.01))
         self.value_head = nn.Dense(1, kernel_init=orthogonal(1.0))
         if not self.discrete:
@@ -228,10 +233,15 @@ class ActorCritic(nn.Module):
     def __call__(self, obs, carry=(), reset=None):
         if self.memory == "none":
             actor_features, critic_features = self.actor_torso(obs), self.critic_torso(obs)
-        else:
+        elif self.shared_memory:
             reset = jnp.zeros(obs.shape[:2], bool) if reset is None else reset
             carry, actor_features = self.core(carry, self.torso(obs), reset)
             critic_features = actor_features
+        else:
+            reset = jnp.zeros(obs.shape[:2], bool) if reset is None else reset
+            actor_carry, actor_features = self.actor_core(carry["actor"], self.actor_torso(obs), reset)
+            critic_carry, critic_features = self.critic_core(carry["critic"], self.critic_torso(obs), reset)
+            carry = {"actor": actor_carry, "critic": critic_carry}
         out = self.policy_head(actor_features)
         value = self.value_head(critic_features)[..., 0]
         return (out if self.discrete else (out, self.log_std)), value, carry

@@ -44,6 +44,7 @@ class Config:
     hidden_sizes: tuple = static((64, 64))
     memory: str = static("none")  # "gru" or "lstm": a recurrent core after the torso
     memory_size: int = static(128)  # the recurrent core's units
+    shared_memory: bool = static(True)  # one core for the policy and value heads, or one each
     activation: str = static("tanh")
     optimizer: str = static("adam")  # "adam" or "rmsprop"
     anneal_lr: bool = static(True)  # linearly to 0 over the run
@@ -68,6 +69,7 @@ class Config:
         for field in ("num_envs", "num_steps", "eval_episodes", "memory_size"):
             require_int(self, field, 1)
         require_choice(self, "memory", networks.MEMORY_KINDS)
+        require_choice(self, "shared_memory", (True, False))
         for field in ("num_evals", "num_reports"):
             require_int(self, field, 0)
         require_int(self, "total_timesteps", self.num_envs * self.num_steps)
@@ -120,13 +122,18 @@ def make_network(config) -> ActorCritic:
         log_std_init=config.log_std_init,
         memory=config.memory,
         memory_size=config.memory_size,
+        shared_memory=config.shared_memory,
     )
 
 
 def initial_carry(config, batch_size: int):
     """The policy's memory before an episode's first step, for ``batch_size`` envs:
-    zeros, leaves ``[batch_size, memory_size]``; ``()`` without memory."""
-    return networks.initial_carry(config.memory, config.memory_size, batch_size)
+    zeros, leaves ``[batch_size, memory_size]`` (a dict of the actor's and the critic's
+    without ``shared_memory``); ``()`` without memory."""
+    carry = networks.initial_carry(config.memory, config.memory_size, batch_size)
+    if config.memory == "none" or config.shared_memory:
+        return carry
+    return {"actor": carry, "critic": carry}
 
 
 def make_optimizer(config, updates_per_iteration: int) -> optax.GradientTransformation:

@@ -189,6 +189,22 @@ def test_a_recurrent_learner_re_runs_whole_sequences_from_the_stored_carry(rollo
     np.testing.assert_allclose(value, trajectory.extras["value"], rtol=1e-4, atol=1e-5)
 
 
+def test_separate_actor_and_critic_memories_reproduce_the_rollout():
+    """``shared_memory=False``: an LSTM core each for the policy and the value, their
+    carries side by side; re-running the rollout's sequences from the stored carries
+    gives back its log-probabilities and values."""
+    config = CONFIG.replace(memory="lstm", shared_memory=False)
+    state = ppo.init(jax.random.key(0), config)
+    assert {"actor_core", "critic_core"} <= set(state.params["network"]["params"])
+    assert jax.tree.map(jnp.shape, state.carry) == {"actor": ((3, 6), (3, 6)), "critic": ((3, 6), (3, 6))}
+    _, trajectory = jax.jit(lambda s, k: onpolicy.collect(s, s.params, k, config))(state, jax.random.key(1))
+    batch = {"obs": trajectory.obs, "action": trajectory.action, **trajectory.extras}
+    rows = ppo.minibatch_rows({k: batch[k] for k in ("obs", "action", "log_prob", "value")}, trajectory, config)
+    distribution, value = jax.jit(lambda p, r: ppo.minibatch_policy_and_value(p, r, config))(state.params, rows)
+    np.testing.assert_allclose(distribution.log_prob(rows["action"]), rows["log_prob"], atol=1e-5)
+    np.testing.assert_allclose(value, rows["value"], rtol=1e-4, atol=1e-5)
+
+
 # --------------------------------------------------------------------------------------
 
 
@@ -240,6 +256,7 @@ def test_every_algorithm_acts_with_a_carry():
         (dict(sequence_length=0), "sequence_length must be an integer >= 1"),
         (dict(num_minibatches=4), r"num_minibatches \(4\) must divide the number of sequences = 9"),
         (dict(memory="none"), "sequence_length applies to recurrent policies"),
+        (dict(shared_memory="yes"), "shared_memory must be one of"),
     ],
 )
 def test_bad_memory_settings_are_clear_errors(overrides, message):
