@@ -419,3 +419,79 @@ class Actor(nn.Module):
         raw_log_std = nn.Dense(self.action_dim, kernel_init=orthogonal(0.01))(x)
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (jnp.tanh(raw_log_std) + 1.0)
         return out, log_std
+
+
+class RecurrentActor(nn.Module):
+    """An :class:`Actor` with memory: a torso, a :class:`RecurrentCore` of
+    ``memory_size`` units, then :class:`Actor`'s head (of ``kind``) on the core's output.
+
+    ``__call__(obs [T, B, *obs_shape], carry, reset [T, B] = None) -> (out, carry)``,
+    ``out`` as :class:`Actor` returns it with leading dims ``[T, B]``. The two halves are
+    methods too: :meth:`encode` (torso and core: features ``[T, B, memory_size]``) and
+    :meth:`policy` (the head on features ``[..., memory_size]``)."""
+
+    action_dim: int
+    kind: str = "gaussian"
+    network: str = "mlp"
+    hidden_sizes: Sequence[int] = (256, 256)
+    activation: str = "relu"
+    obs_ndim: int = 1
+    memory: str = "gru"
+    memory_size: int = 128
+
+    def setup(self):
+        require_memory(self.memory)
+        self.torso = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)
+        self.core = RecurrentCore(self.memory, self.memory_size)
+        self.head = Actor(self.action_dim, self.kind, "mlp", (), self.activation)  # no layers: the head alone
+
+    def encode(self, obs, carry, reset=None):
+        """``(features [T, B, memory_size], carry)``: the core's output at every step and
+        its carry after the last one."""
+        reset = jnp.zeros(obs.shape[:2], bool) if reset is None else reset
+        carry, features = self.core(carry, self.torso(obs), reset)
+        return features, carry
+
+    def policy(self, features):
+        return self.head(features)
+
+    def __call__(self, obs, carry, reset=None):
+        features, carry = self.encode(obs, carry, reset)
+        return self.policy(features), carry
+
+
+class RecurrentContinuousQ(nn.Module):
+    """``num_critics`` Q-functions for continuous actions over one recurrent encoder: a
+    torso and a :class:`RecurrentCore` over observations only, then an
+    :func:`ensemble` of :class:`ContinuousQ` heads on ``concat(core output, action)``.
+
+    ``__call__(obs [T, B, *obs_shape], action [T, B, A], carry, reset [T, B] = None) ->
+    (q [num_critics, T, B], carry)``. :meth:`encode` runs the encoder alone (features
+    ``[T, B, memory_size]``, so the carry advances without an action) and
+    :meth:`values` the heads on features ``[..., memory_size]`` and actions ``[..., A]``
+    (``[num_critics, ...]``)."""
+
+    hidden_sizes: Sequence[int] = (256, 256)
+    activation: str = "relu"
+    obs_ndim: int = 1
+    memory: str = "gru"
+    memory_size: int = 128
+    num_critics: int = 2
+
+    def setup(self):
+        require_memory(self.memory)
+        self.torso = MLP(tuple(self.hidden_sizes), self.activation, self.obs_ndim)
+        self.core = RecurrentCore(self.memory, self.memory_size)
+        self.heads = ensemble(ContinuousQ, self.num_critics)(self.hidden_sizes, self.activation, 1)
+
+    def encode(self, obs, carry, reset=None):
+        reset = jnp.zeros(obs.shape[:2], bool) if reset is None else reset
+        carry, features = self.core(carry, self.torso(obs), reset)
+        return features, carry
+
+    def values(self, features, action):
+        return self.heads(features, action)
+
+    def __call__(self, obs, action, carry, reset=None):
+        features, carry = self.encode(obs, carry, reset)
+        return self.values(features, action), carry

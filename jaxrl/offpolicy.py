@@ -121,6 +121,37 @@ def init_sequence_buffer(obs, action, carry, config):
     return sequence.init(example, config.buffer_size, config.num_envs, config.sequence_length, config.sequence_period)
 
 
+def check_sequence_replay(config, bootstrap_steps: int) -> None:
+    """ValueErrors, naming the field, for sequence-replay settings that cannot work:
+    ``memory_size``, ``sequence_length``, ``sequence_period`` and ``burn_in`` of
+    ``config``, with ``bootstrap_steps`` trailing steps of a window that only supply
+    targets (``n_step - 1``). Called with memory on."""
+    for field in ("memory_size", "sequence_length", "sequence_period"):
+        require_int(config, field, 1)
+    require_int(config, "burn_in", 0)
+    if config.burn_in + bootstrap_steps >= config.sequence_length:
+        raise ValueError(
+            f"burn_in ({config.burn_in}) + {bootstrap_steps} bootstrap steps must be < sequence_length "
+            f"({config.sequence_length}), else a window trains no step"
+        )
+    trained = config.sequence_length - config.burn_in - bootstrap_steps
+    if config.sequence_period > trained:
+        raise ValueError(
+            f"sequence_period ({config.sequence_period}) must be <= the steps a window trains "
+            f"({trained}), else some steps are never trained"
+        )
+    if config.buffer_size // config.num_envs < config.sequence_length:
+        raise ValueError(
+            f"buffer_size ({config.buffer_size}) must hold sequence_length ({config.sequence_length}) "
+            f"steps of each of num_envs ({config.num_envs}) envs"
+        )
+    if config.warmup_iterations * config.num_steps < config.sequence_length:
+        raise ValueError(
+            f"learning_starts ({config.learning_starts}) must cover sequence_length ({config.sequence_length}) "
+            f"steps of each of num_envs ({config.num_envs}) envs, so a whole window exists before learning"
+        )
+
+
 def random_actions(key: jax.Array, spec: envs.EnvSpec, num: int) -> jax.Array:
     """``num`` uniformly random actions: int32 ``[num]`` for a discrete space, float
     ``[num, *action_shape]`` within the bounds of a Box."""

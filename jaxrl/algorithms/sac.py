@@ -7,6 +7,16 @@ log-density carries the tanh correction). ``discrete=True``: a categorical polic
 critics that output every action's value (Christodoulou, 2019), with exact
 expectations over actions in place of samples.
 
+``memory="gru"`` or ``"lstm"`` makes it recurrent SAC (as in Ni et al., 2022, "Recurrent
+Model-Free RL Can Be a Strong Baseline for Many POMDPs"): the actor and the critics each
+have their own recurrent encoder (a torso and a core; the twin Q heads share the
+critic's), both memories advance while acting and are stored with every step in a
+sequence replay (:mod:`jaxrl.buffers.sequence`, uniform over windows), and the learner
+re-runs the actor, the critics and the target critics over each window of
+``sequence_length`` steps from the stored memories, the first ``burn_in`` steps only
+warming them up, with one-step soft targets bootstrapped through truncation from the
+final observation.
+
     config = sac.Config(env_id="Pendulum-v1")
     out = jax.jit(sac.train)(jax.random.key(0), config)
 """
@@ -22,10 +32,11 @@ import numpy as np
 import optax
 from flax import struct
 
-from jaxrl import envs, evaluation, loop, offpolicy, optim, rollout
-from jaxrl.config import freeze_mapping, require_network, require_range, static
+from jaxrl import envs, evaluation, loop, networks, offpolicy, optim, rollout
+from jaxrl.buffers import sequence
+from jaxrl.config import freeze_mapping, require_choice, require_network, require_range, static
 from jaxrl.distributions import Categorical, TanhNormal
-from jaxrl.networks import Actor, ContinuousQ, QNetwork, ensemble
+from jaxrl.networks import Actor, ContinuousQ, QNetwork, RecurrentActor, RecurrentContinuousQ, ensemble
 from jaxrl.types import TrainOutput
 
 LEARNER_METRICS = ("critic_loss", "actor_loss", "alpha_loss", "q_mean", "alpha", "entropy")
@@ -38,6 +49,11 @@ class Config(offpolicy.ReplaySchedule):
     One iteration collects ``num_steps`` steps from each of ``num_envs`` envs, then
     runs ``num_updates`` updates (critics, actor, temperature, targets) on batches of
     ``batch_size``.
+
+    With ``memory`` on (continuous actions, ``n_step=1``) replay holds windows of
+    ``sequence_length`` steps starting every ``sequence_period`` steps of each env,
+    ``batch_size`` counts windows, and the losses train every step after the first
+    ``burn_in``.
     """
 
     # --- static: environment and program structure
@@ -56,6 +72,11 @@ class Config(offpolicy.ReplaySchedule):
     hidden_sizes: tuple = static((64, 64))  # small nets suit classic control; (256, 256) for MuJoCo
     activation: str = static("relu")
     autotune: bool = static(True)  # learn alpha; False keeps it at ``alpha``
+    memory: str = static("none")  # "gru" or "lstm": a recurrent core in the actor and in the critics
+    memory_size: int = static(64)  # each recurrent core's units
+    sequence_length: int = static(20)  # steps per replayed window (memory only)
+    burn_in: int = static(5)  # leading steps of a window that only warm up the memories
+    sequence_period: int = static(10)  # steps between the starts of a lane's windows
     num_evals: int = static(10)
     eval_episodes: int = static(10)
     num_reports: int = static(50)
@@ -86,6 +107,13 @@ class Config(offpolicy.ReplaySchedule):
         require_network(self, spec.obs_shape)
         if self.network != "mlp" and not self.discrete:
             raise ValueError(f"network must be 'mlp' for continuous-action critics, got {self.network!r}")
+        require_choice(self, "memory", networks.MEMORY_KINDS)
+        if self.memory != "none":
+            if self.discrete:
+                raise ValueError(f"memory={self.memory!r} needs continuous actions; discrete=True has no recurrent SAC")
+            if self.n_step != 1:
+                raise ValueError(f"memory={self.memory!r} trains one-step targets: n_step must be 1, got {self.n_step}")
+            offpolicy.check_sequence_replay(self, bootstrap_steps=0)
 
 
 @struct.dataclass
@@ -100,6 +128,7 @@ class State:
     obs: Any  # [num_envs, *obs_shape]
     timesteps: jax.Array  # int32 env steps so far
     updates: jax.Array  # int32 gradient updates so far
+    carry: Any = ()  # {"actor", "critic"} memories for ``obs``, leaves [num_envs, ...]; () without memory
 
 
 # ----------------------------------------------------------------------------- set-up
@@ -114,7 +143,18 @@ def _action_dim(config: Config) -> int:
     return spec.num_actions if config.discrete else int(np.prod(spec.action_shape))
 
 
-def make_actor(config: Config) -> Actor:
+def make_actor(config: Config) -> Actor | RecurrentActor:
+    if config.memory != "none":
+        return RecurrentActor(
+            _action_dim(config),
+            "gaussian",
+            config.network,
+            config.hidden_sizes,
+            config.activation,
+            len(env_spec(config).obs_shape),
+            config.memory,
+            config.memory_size,
+        )
     return Actor(
         _action_dim(config),
         "categorical" if config.discrete else "gaussian",
@@ -127,8 +167,11 @@ def make_actor(config: Config) -> Actor:
 
 def make_critic(config: Config):
     """Twin critics: ``(obs, unit action [B, A]) -> [2, B]``, or with ``discrete``
-    ``obs -> [2, B, num_actions]``."""
+    ``obs -> [2, B, num_actions]``; with ``memory`` a :class:`RecurrentContinuousQ`
+    (one encoder, twin heads)."""
     obs_ndim = len(env_spec(config).obs_shape)
+    if config.memory != "none":
+        return RecurrentContinuousQ(config.hidden_sizes, config.activation, obs_ndim, config.memory, config.memory_size)
     if config.discrete:
         return ensemble(QNetwork, 2)(
             _action_dim(config), config.network, config.hidden_sizes, config.activation, obs_ndim
@@ -161,19 +204,27 @@ def _check_traced(config: Config) -> None:
 
 def init(key: jax.Array, config: Config) -> State:
     """Actor, twin critics and their targets, the temperature, optimisers, an empty
-    buffer and ``num_envs`` reset envs."""
+    buffer, ``num_envs`` reset envs and (with ``memory``) their initial memories."""
     _check_traced(config)
     env, env_params = offpolicy.make_env(config)
     actor_key, critic_key, env_key = jax.random.split(key, 3)
     obs, env_state = rollout.reset(env, env_params, env_key, config.num_envs)
     spec = env_spec(config)
+    carry = initial_carry(config, config.num_envs)
     if config.discrete:
         action = jnp.zeros(config.num_envs, jnp.int32)
-        critic_params = make_critic(config).init(critic_key, obs[:1])
     else:
         action = jnp.zeros((config.num_envs,) + spec.action_shape, jnp.float32)
-        critic_params = make_critic(config).init(critic_key, obs[:1], action[:1].reshape(1, -1))
-    actor_params = make_actor(config).init(actor_key, obs[:1])
+    if config.memory != "none":  # sequences of one step
+        one = initial_carry(config, 1)
+        critic_params = make_critic(config).init(critic_key, obs[None, :1], action[None, :1], one["critic"])
+        actor_params = make_actor(config).init(actor_key, obs[None, :1], one["actor"])
+        buffer = offpolicy.init_sequence_buffer(obs, action, carry, config)
+    else:
+        critic_inputs = (obs[:1],) if config.discrete else (obs[:1], action[:1].reshape(1, -1))
+        critic_params = make_critic(config).init(critic_key, *critic_inputs)
+        actor_params = make_actor(config).init(actor_key, obs[:1])
+        buffer = offpolicy.init_buffer(obs, action, config)
     log_alpha = jnp.log(jnp.asarray(config.alpha, jnp.float32))
     optimizer = make_optimizer(config)
     return State(
@@ -186,11 +237,12 @@ def init(key: jax.Array, config: Config) -> State:
             "critic": optimizer.init(critic_params),
             "alpha": optimizer.init(log_alpha),
         },
-        buffer=offpolicy.init_buffer(obs, action, config),
+        buffer=buffer,
         env_state=env_state,
         obs=obs,
         timesteps=jnp.zeros((), jnp.int32),
         updates=jnp.zeros((), jnp.int32),
+        carry=carry,
     )
 
 
@@ -199,24 +251,61 @@ def init(key: jax.Array, config: Config) -> State:
 
 def policy_distribution(actor_params, obs: jax.Array, config: Config):
     """The policy at ``obs [B, ...]``: a :class:`Categorical` over actions, or a
-    :class:`TanhNormal` over unit actions ``[B, A]`` in ``(-1, 1)``."""
-    out = make_actor(config).apply(actor_params, obs)
+    :class:`TanhNormal` over unit actions ``[B, A]`` in ``(-1, 1)``. With ``memory``,
+    ``obs`` is the actor's encoder output ``[..., memory_size]`` (:func:`window_features`)
+    and the distribution has its leading dims."""
+    if config.memory != "none":
+        out = make_actor(config).apply(actor_params, obs, method="policy")
+    else:
+        out = make_actor(config).apply(actor_params, obs)
     if config.discrete:
         return Categorical(out)
     loc, log_std = out
     return TanhNormal(loc, jnp.exp(log_std))
 
 
-initial_carry = offpolicy.initial_carry
+def q_values(critic_params, obs: jax.Array, action: jax.Array | None, config: Config) -> jax.Array:
+    """Both critics' values ``[2, B]`` of unit actions ``[B, A]`` at ``obs [B, ...]`` (with
+    ``memory``: at the critics' encoder output ``[..., memory_size]``, values ``[2, ...]``),
+    or with ``discrete`` every action's ``[2, B, num_actions]`` (``action`` unused)."""
+    if config.discrete:
+        return make_critic(config).apply(critic_params, obs)
+    if config.memory != "none":
+        return make_critic(config).apply(critic_params, obs, action, method="values")
+    return make_critic(config).apply(critic_params, obs, action)
+
+
+def initial_carry(config: Config, batch_size: int):
+    """The memories before an episode's first step, for ``batch_size`` envs: ``{"actor":
+    ..., "critic": ...}``, each zeros with leaves ``[batch_size, memory_size]`` (a ``(c,
+    h)`` pair for an LSTM); ``()`` without memory."""
+    if config.memory == "none":
+        return ()
+    return {name: networks.initial_carry(config.memory, config.memory_size, batch_size) for name in ("actor", "critic")}
+
+
+def encode(module, params, obs: jax.Array, carry, reset: jax.Array | None = None):
+    """``(features [T, B, memory_size], carry)``: a recurrent actor's or critic's
+    encoder over ``obs [T, B, *obs_shape]`` entered with ``carry``, ``reset [T, B]``
+    True where step ``t`` begins an episode (None: nowhere)."""
+    return module.apply(params, obs, carry, reset, method="encode")
 
 
 def act(params: dict, obs: jax.Array, carry, key: jax.Array, config: Config, deterministic: bool = False):
     """``(action, carry)`` for observations ``[B, *obs_shape]``: the action sampled from
     the policy, or its mode when ``deterministic`` (``tanh`` of the mean; the most likely
     action), int32 ``[B]`` with ``discrete``, else ``[B, *action_shape]`` within the
-    bounds. The actor has no memory: ``carry`` (:func:`initial_carry`: ``()``) is
-    passed through."""
-    dist = policy_distribution(params["actor"], obs, config)
+    bounds. Without memory ``carry`` (:func:`initial_carry`: ``()``) is passed through.
+
+    With ``memory``, ``carry`` is :func:`initial_carry`'s dict: ``params`` holds only the
+    actor, so ``act`` advances ``carry["actor"]`` and passes ``carry["critic"]`` through;
+    training's own collection (:func:`collect`) also advances the critic's memory, which
+    the replay needs and acting does not."""
+    inputs = obs
+    if config.memory != "none":
+        features, actor_carry = encode(make_actor(config), params["actor"], obs[None], carry["actor"])
+        inputs, carry = features[0], {**carry, "actor": actor_carry}
+    dist = policy_distribution(params["actor"], inputs, config)
     action = dist.mode() if deterministic else dist.sample(key)
     if config.discrete:
         return action, carry
@@ -224,48 +313,128 @@ def act(params: dict, obs: jax.Array, carry, key: jax.Array, config: Config, det
     return spec.from_unit(action.reshape(action.shape[:1] + spec.action_shape)), carry
 
 
+# ----------------------------------------------------------------------------- sequences
+
+
+def sample_windows(buffer: sequence.SequenceState, key: jax.Array, config: Config) -> dict:
+    """``batch_size`` windows drawn uniformly from the sequence replay (``memory`` on):
+    the transition fields with leaves ``[B, L, ...]``, ``discount [B, L]`` (``gamma``)
+    and ``carry``, the memories entering each window's first step (``{"actor",
+    "critic"}``, leaves ``[B, ...]``)."""
+    # Priorities are never updated, so every window keeps the first one: uniform replay.
+    batch = sequence.sample(buffer, key, config.batch_size, jnp.zeros(()))
+    discount = jnp.full(batch.data["reward"].shape, config.gamma, jnp.float32)
+    return {**batch.data, "carry": batch.carry, "discount": discount}
+
+
+def window_steps(batch: dict, config: Config) -> dict:
+    """A :func:`sample_windows` batch's per-step fields, time-major over the trained
+    steps after the burn-in: leaves ``[L - burn_in, B, ...]``."""
+    names = ("obs", "action", "reward", "discount", "terminated", "truncated", "next_obs")
+    return {name: jnp.swapaxes(batch[name], 0, 1)[config.burn_in :] for name in names}
+
+
+def window_features(module, params, batch: dict, name: str, config: Config, next_obs: bool = False):
+    """A recurrent actor's or critic's encoder (``module``, :func:`make_actor` or
+    :func:`make_critic`) re-run over the windows of a :func:`sample_windows` batch from
+    the stored memory ``batch["carry"][name]``, reset after every episode end.
+
+    The first ``burn_in`` steps only warm the memory up, under ``stop_gradient``.
+    Returns, time-major over the ``T = L - burn_in`` trained steps, ``features [T, B,
+    memory_size]`` at each ``obs`` and, with ``next_obs``, the features at each step's
+    ``next_obs`` from the memory after that step, before any reset (else None)."""
+    obs = jnp.swapaxes(batch["obs"], 0, 1)
+    reset = rollout.episode_starts(jnp.swapaxes(batch["terminated"] | batch["truncated"], 0, 1))
+    carry = batch["carry"][name]
+    if config.burn_in > 0:
+        frozen = jax.lax.stop_gradient(params)
+        _, carry = encode(module, frozen, obs[: config.burn_in], carry, reset[: config.burn_in])
+        carry = jax.lax.stop_gradient(carry)
+    obs, reset = obs[config.burn_in :], reset[config.burn_in :]
+    if not next_obs:
+        return encode(module, params, obs, carry, reset)[0], None
+
+    def one_step(carry, inputs):  # one step at a time: next_obs needs the memory after every step
+        obs_t, next_obs_t, reset_t = inputs
+        features_t, carry = encode(module, params, obs_t[None], carry, reset_t[None])
+        next_features_t, _ = encode(module, params, next_obs_t[None], carry)
+        return carry, (features_t[0], next_features_t[0])
+
+    next_obs = jnp.swapaxes(batch["next_obs"], 0, 1)[config.burn_in :]
+    _, (features, next_features) = jax.lax.scan(one_step, carry, (obs, next_obs, reset))
+    return features, next_features
+
+
 # ----------------------------------------------------------------------------- learning
 
 
-def _soft_values(actor_params, critic_params, obs, key, config: Config):
-    """``(E_pi[min_i Q_i(s, a)], E_pi[log pi(a|s)])``, each ``[B]``: one reparameterised
-    sample for continuous actions, the exact sum over actions for discrete ones."""
-    dist = policy_distribution(actor_params, obs, config)
+def _soft_values(actor_params, critic_params, actor_in, critic_in, key, config: Config):
+    """``(E_pi[min_i Q_i(s, a)], E_pi[log pi(a|s)])``, each ``[B]`` (with ``memory``
+    ``[T, B]``): one reparameterised sample for continuous actions, the exact sum over
+    actions for discrete ones. ``actor_in`` / ``critic_in``: the observations, or with
+    ``memory`` each network's encoder features."""
+    dist = policy_distribution(actor_params, actor_in, config)
     if config.discrete:
-        q = jnp.min(make_critic(config).apply(critic_params, obs), axis=0)  # [B, A]
+        q = jnp.min(q_values(critic_params, critic_in, None, config), axis=0)  # [B, A]
         probs, log_probs = dist.probs(), jax.nn.log_softmax(dist.logits)
         return jnp.sum(probs * q, axis=-1), jnp.sum(probs * log_probs, axis=-1)
     action, log_prob = dist.sample_and_log_prob(key)
-    return jnp.min(make_critic(config).apply(critic_params, obs, action), axis=0), log_prob
+    return jnp.min(q_values(critic_params, critic_in, action, config), axis=0), log_prob
 
 
 def critic_target(
     actor_params, target_critic_params, alpha: jax.Array, batch: dict, key: jax.Array, config: Config
 ) -> jax.Array:
     """Soft TD targets ``[B]``: ``reward + discount * (1 - terminated) * V(s')`` with
-    ``V(s') = E_{a' ~ pi}[min_i Q'_i(s', a') - alpha log pi(a'|s')]``."""
-    next_q, next_log_prob = _soft_values(actor_params, target_critic_params, batch["next_obs"], key, config)
-    discount = batch["discount"] * (1.0 - batch["terminated"].astype(jnp.float32))
-    return batch["reward"] + discount * (next_q - alpha * next_log_prob)
+    ``V(s') = E_{a' ~ pi}[min_i Q'_i(s', a') - alpha log pi(a'|s')]``.
+
+    With ``memory``, ``batch`` holds windows (:func:`sample_windows`) and the targets are
+    ``[L - burn_in, B]``, time-major over the trained steps: ``V`` at ``next_obs[t]``
+    from the actor's and the target critics' memories after step ``t``
+    (:func:`window_features`), so truncated episodes bootstrap from their final
+    observation."""
+    if config.memory == "none":
+        steps, actor_in, critic_in = batch, batch["next_obs"], batch["next_obs"]
+    else:
+        steps = window_steps(batch, config)
+        _, actor_in = window_features(make_actor(config), actor_params, batch, "actor", config, next_obs=True)
+        _, critic_in = window_features(
+            make_critic(config), target_critic_params, batch, "critic", config, next_obs=True
+        )
+    next_q, next_log_prob = _soft_values(actor_params, target_critic_params, actor_in, critic_in, key, config)
+    discount = steps["discount"] * (1.0 - steps["terminated"].astype(jnp.float32))
+    return steps["reward"] + discount * (next_q - alpha * next_log_prob)
 
 
 def critic_loss(critic_params, target: jax.Array, batch: dict, config: Config):
-    """Squared error of both critics against ``target [B]``, summed over critics.
-    Returns ``(loss, q_mean)``."""
+    """Squared error of both critics against ``target [B]`` (with ``memory`` ``[L -
+    burn_in, B]``, the critics re-run over the windows), averaged over the batch and
+    summed over critics. Returns ``(loss, q_mean)``."""
     if config.discrete:
-        q = make_critic(config).apply(critic_params, batch["obs"])  # [2, B, A]
+        q = q_values(critic_params, batch["obs"], None, config)  # [2, B, A]
         one_hot = jax.nn.one_hot(batch["action"], q.shape[-1], dtype=q.dtype)
         q = jnp.sum(q * one_hot, axis=-1)
     else:
-        action = env_spec(config).to_unit(batch["action"])
-        q = make_critic(config).apply(critic_params, batch["obs"], action.reshape(action.shape[:1] + (-1,)))
-    return jnp.sum(jnp.mean(jnp.square(q - target), axis=-1)), jnp.mean(q)
+        steps, inputs = batch, batch["obs"]
+        if config.memory != "none":
+            steps = window_steps(batch, config)
+            inputs, _ = window_features(make_critic(config), critic_params, batch, "critic", config)
+        action = env_spec(config).to_unit(steps["action"])
+        action = action.reshape(action.shape[: action.ndim - len(env_spec(config).action_shape)] + (-1,))
+        q = q_values(critic_params, inputs, action, config)
+    return jnp.sum(jnp.mean(jnp.square(q - target), axis=tuple(range(1, q.ndim)))), jnp.mean(q)
 
 
-def actor_loss(actor_params, critic_params, alpha: jax.Array, obs: jax.Array, key: jax.Array, config: Config):
-    """``mean(alpha log pi(a|s) - min_i Q_i(s, a))`` over ``obs``. Returns
-    ``(loss, entropy)``, the entropy estimate ``-mean log pi`` (exact for discrete)."""
-    q, log_prob = _soft_values(actor_params, critic_params, obs, key, config)
+def actor_loss(actor_params, critic_params, alpha: jax.Array, obs, key: jax.Array, config: Config):
+    """``mean(alpha log pi(a|s) - min_i Q_i(s, a))`` over ``obs`` (with ``memory``, a
+    batch of windows: the actor and the critics re-run over them, the mean over the
+    trained steps). Returns ``(loss, entropy)``, the entropy estimate ``-mean log pi``
+    (exact for discrete)."""
+    actor_in = critic_in = obs
+    if config.memory != "none":
+        actor_in, _ = window_features(make_actor(config), actor_params, obs, "actor", config)
+        critic_in, _ = window_features(make_critic(config), critic_params, obs, "critic", config)
+    q, log_prob = _soft_values(actor_params, critic_params, actor_in, critic_in, key, config)
     return jnp.mean(alpha * log_prob - q), -jnp.mean(log_prob)
 
 
@@ -278,7 +447,8 @@ def alpha_loss(log_alpha: jax.Array, entropy: jax.Array, config: Config) -> jax.
 def update(state: State, batch: dict, key: jax.Array, config: Config):
     """One step of the critics, then the actor (against the updated critics), then the
     temperature (with ``autotune``), then the Polyak update of the target critics.
-    ``batch`` comes from :func:`jaxrl.offpolicy.sample`. Returns ``(state, metrics)``."""
+    ``batch`` comes from :func:`jaxrl.offpolicy.sample` (with ``memory``,
+    :func:`sample_windows`). Returns ``(state, metrics)``."""
     target_key, actor_key = jax.random.split(key)
     optimizer = make_optimizer(config)
     alpha = jnp.exp(state.log_alpha)
@@ -293,7 +463,7 @@ def update(state: State, batch: dict, key: jax.Array, config: Config):
         state.opt_state["actor"],
         critic_params,
         alpha,
-        batch["obs"],
+        batch["obs"] if config.memory == "none" else batch,
         actor_key,
         config,
     )
@@ -323,16 +493,50 @@ def update(state: State, batch: dict, key: jax.Array, config: Config):
     return state, metrics
 
 
+def collect(state: State, key: jax.Array, config: Config, uniform: bool = False):
+    """``num_steps`` steps from every env with ``memory`` on, stored in the sequence
+    replay with the memories ``{"actor", "critic"}`` that entered each step: the actor
+    acts (:func:`act`; ``uniform``: uniformly random actions instead, the memories still
+    advancing) and the critics' encoder advances its memory on each observation."""
+    params, critic_params, spec = state.params, state.critic_params, env_spec(config)
+
+    def policy(obs, carry, key):
+        act_key, random_key = jax.random.split(key)
+        action, carry = act(params, obs, carry, act_key, config)
+        if uniform:
+            action = offpolicy.random_actions(random_key, spec, config.num_envs)
+        _, critic_carry = encode(make_critic(config), critic_params, obs[None], carry["critic"])
+        return action, {**carry, "critic": critic_carry}
+
+    return offpolicy.collect_recurrent(state, policy, key, config)
+
+
 def step(state: State, key: jax.Array, config: Config):
     """One iteration: collect and store ``num_envs x num_steps`` steps sampled from the
     policy, then ``num_updates`` updates. Metrics are averaged over the updates."""
-    return offpolicy.step(state, key, config, act, lambda state, batch, key, _: update(state, batch, key, config))
+    learn = lambda state, batch, key, _: update(state, batch, key, config)  # noqa: E731
+    if config.memory == "none":
+        return offpolicy.step(state, key, config, act, learn)
+    collect_key, update_key = jax.random.split(key)
+    state, metrics = collect(state, collect_key, config)
+
+    def one_update(state, key, j):
+        sample_key, learn_key = jax.random.split(key)
+        return learn(state, sample_windows(state.buffer, sample_key, config), learn_key, j)
+
+    state, learner_metrics = offpolicy.run_updates(state, one_update, update_key, config.num_updates)
+    metrics.update(learner_metrics)
+    return state, metrics
 
 
 def warmup_step(state: State, key: jax.Array, config: Config):
     """An iteration before ``learning_starts``: uniformly random actions, no updates
     (learner metrics are NaN)."""
-    return offpolicy.random_step(state, key, config, LEARNER_METRICS)
+    if config.memory == "none":
+        return offpolicy.random_step(state, key, config, LEARNER_METRICS)
+    state, metrics = collect(state, key, config, uniform=True)
+    metrics.update(offpolicy.nan_metrics(LEARNER_METRICS))
+    return state, metrics
 
 
 # ----------------------------------------------------------------------------- training
