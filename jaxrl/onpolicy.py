@@ -200,14 +200,6 @@ def policy_and_value(params: dict, obs: jax.Array, config, carry=(), reset=None)
     return Normal(mean, jnp.broadcast_to(jnp.exp(log_std), mean.shape)), value, carry
 
 
-def episode_starts(trajectory: Trajectory) -> jax.Array:
-    """``[T, N]`` True at the steps after an episode ended in ``trajectory`` (where a
-    recurrent policy's memory was reset); False at ``t = 0``, whose stored carry is
-    already the one the policy used."""
-    done = trajectory.done
-    return jnp.concatenate([jnp.zeros_like(done[:1]), done[:-1]])
-
-
 def trajectory_policy_and_value(params: dict, trajectory: Trajectory, config):
     """The policy and values ``[T, N]`` of ``params`` on the trajectory's observations;
     a recurrent policy runs over each env's sequence from the carry stored at ``t = 0``
@@ -215,7 +207,9 @@ def trajectory_policy_and_value(params: dict, trajectory: Trajectory, config):
     if config.memory == "none":
         return policy_and_value(params, trajectory.obs, config)[:2]
     carry = jax.tree.map(lambda c: c[0], trajectory.extras["carry"])
-    distribution, value, _ = policy_and_value(params, trajectory.obs, config, carry, episode_starts(trajectory))
+    distribution, value, _ = policy_and_value(
+        params, trajectory.obs, config, carry, rollout.episode_starts(trajectory.done)
+    )
     return distribution, value
 
 

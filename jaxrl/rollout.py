@@ -60,6 +60,13 @@ def collect(env, env_params, policy: PolicyFn, env_state, obs, key: jax.Array, n
     return trajectory, env_state, obs, carry
 
 
+def episode_starts(done: jax.Array) -> jax.Array:
+    """``[T, N]`` True where the previous step ended an episode (``done [T, N]`` shifted
+    by one): where a recurrent policy re-run over stored steps resets its memory. False at
+    ``t = 0``, whose stored carry is already the one the policy used."""
+    return jnp.concatenate([jnp.zeros_like(done[:1]), done[:-1]])
+
+
 def episode_metrics(trajectory: Trajectory) -> dict:
     """Mean return and length over the episodes that *finished* in ``trajectory``.
 

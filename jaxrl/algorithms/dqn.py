@@ -131,36 +131,13 @@ class Config(offpolicy.ReplaySchedule):
     def check_memory(self) -> None:
         """ValueErrors for recurrent settings that cannot work."""
         require_choice(self, "memory", networks.MEMORY_KINDS)
-        for field in ("memory_size", "sequence_length", "sequence_period"):
-            require_int(self, field, 1)
-        require_int(self, "burn_in", 0)
         if self.value_rescale and self.distributional:
             raise ValueError("value_rescale does not apply to distributional (C51) targets")
         if self.memory == "none":
             return
         if self.distributional:
             raise ValueError(f"memory={self.memory!r} does not support distributional=True (C51)")
-        if self.burn_in + self.n_step >= self.sequence_length:
-            raise ValueError(
-                f"burn_in ({self.burn_in}) + n_step ({self.n_step}) must be < sequence_length "
-                f"({self.sequence_length}), else a window has no step with a whole n-step target"
-            )
-        trained = self.sequence_length - self.burn_in - self.n_step + 1
-        if self.sequence_period > trained:
-            raise ValueError(
-                f"sequence_period ({self.sequence_period}) must be <= sequence_length - burn_in - n_step + 1 "
-                f"= {trained} (the steps a window trains), else some steps are never trained"
-            )
-        if self.buffer_size // self.num_envs < self.sequence_length:
-            raise ValueError(
-                f"buffer_size ({self.buffer_size}) must hold sequence_length ({self.sequence_length}) "
-                f"steps of each of num_envs ({self.num_envs}) envs"
-            )
-        if self.warmup_iterations * self.num_steps < self.sequence_length:
-            raise ValueError(
-                f"learning_starts ({self.learning_starts}) must cover sequence_length ({self.sequence_length}) "
-                f"steps of each of num_envs ({self.num_envs}) envs, so a whole window exists before learning"
-            )
+        offpolicy.check_sequence_replay(self, bootstrap_steps=self.n_step - 1)
 
 
 PRESETS = {"CartPole-v1": {}}
@@ -505,12 +482,6 @@ def unroll(network_params, obs, next_obs, carry, reset: jax.Array, noise: jax.Ar
     return out, next_out, carry
 
 
-def episode_starts(done: jax.Array) -> jax.Array:
-    """``[T, B]`` True where the previous step ended an episode (``done [T, B]``
-    shifted by one); False at ``t = 0``, whose stored carry is already reset."""
-    return jnp.concatenate([jnp.zeros_like(done[:1]), done[:-1]])
-
-
 def trained_steps(config: Config) -> jax.Array:
     """bool ``[L - burn_in]``: the window steps after the burn-in that the loss
     trains, those whose ``n_step`` targets lie inside the window."""
@@ -531,7 +502,7 @@ def sequence_q_values(network_params, target_params, batch: dict, online_noise, 
         name: jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), batch[name])
         for name in ("obs", "action", "reward", "terminated", "truncated", "next_obs")
     }
-    time_major["reset"] = episode_starts(time_major["terminated"] | time_major["truncated"])
+    time_major["reset"] = rollout.episode_starts(time_major["terminated"] | time_major["truncated"])
     warm = jax.tree.map(lambda x: x[: config.burn_in], time_major)
     train = jax.tree.map(lambda x: x[config.burn_in :], time_major)
     online_carry = target_carry = batch["carry"]

@@ -213,7 +213,7 @@ def minibatch_rows(batch: dict, trajectory: Trajectory, config: Config) -> dict:
         x = jnp.swapaxes(x, 0, 1)
         return x.reshape((-1, length) + x.shape[2:])
 
-    batch = jax.tree.map(chunks, {**batch, "reset": onpolicy.episode_starts(trajectory)})
+    batch = jax.tree.map(chunks, {**batch, "reset": rollout.episode_starts(trajectory.done)})
     batch["carry"] = jax.tree.map(lambda c: chunks(c)[:, 0], trajectory.extras["carry"])
     return batch
 
