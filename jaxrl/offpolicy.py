@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl import envs, loop, rollout
+from jaxrl import envs, loop, networks, rollout
 from jaxrl.buffers import prioritized, replay, sequence
 from jaxrl.config import require_int
 
@@ -161,9 +161,22 @@ def random_actions(key: jax.Array, spec: envs.EnvSpec, num: int) -> jax.Array:
 
 
 def initial_carry(config, batch_size: int):
-    """The memory of an off-policy algorithm's policies: none (feed-forward), ``()``."""
-    del config, batch_size
-    return ()
+    """An off-policy actor-critic's memories before an episode's first step, for
+    ``batch_size`` envs: ``{"actor": ..., "critic": ...}`` with ``memory`` on (DDPG, TD3,
+    SAC), each zeros with leaves ``[batch_size, memory_size]`` (a ``(c, h)`` pair for an
+    LSTM); ``()`` without memory (and for BC, which has none)."""
+    memory = getattr(config, "memory", "none")
+    if memory == "none":
+        return ()
+    return {name: networks.initial_carry(memory, config.memory_size, batch_size) for name in ("actor", "critic")}
+
+
+def encode(module, params, obs: jax.Array, carry, reset: jax.Array | None = None):
+    """``(features [T, B, memory_size], carry)``: a recurrent actor's or critic's
+    encoder (:class:`jaxrl.networks.RecurrentActor`, ``RecurrentContinuousQ``) over ``obs
+    [T, B, *obs_shape]`` entered with ``carry``, ``reset [T, B]`` True where step ``t``
+    begins an episode (None: nowhere)."""
+    return module.apply(params, obs, carry, reset, method="encode")
 
 
 def collect(state, policy: Callable, key: jax.Array, config):
@@ -311,3 +324,55 @@ def program(init: Callable, step: Callable, warmup_step: Callable, evaluate: Cal
         budget=config.total_timesteps,
         resumable=not envs.steps_on_host(config.env_id),
     )
+
+
+# ----------------------------------------------------------------------------- sequences of an actor-critic with memory
+
+
+def sample_windows(buffer: sequence.SequenceState, key: jax.Array, config) -> dict:
+    """``batch_size`` windows drawn uniformly from the sequence replay (``memory`` on):
+    the transition fields with leaves ``[B, L, ...]``, ``discount [B, L]`` (``gamma``)
+    and ``carry``, the memories entering each window's first step (``{"actor",
+    "critic"}``, leaves ``[B, ...]``)."""
+    # Priorities are never updated, so every window keeps the first one: uniform replay.
+    batch = sequence.sample(buffer, key, config.batch_size, jnp.zeros(()))
+    discount = jnp.full(batch.data["reward"].shape, config.gamma, jnp.float32)
+    return {**batch.data, "carry": batch.carry, "discount": discount}
+
+
+def window_steps(batch: dict, config) -> dict:
+    """A :func:`sample_windows` batch's per-step fields, time-major over the trained
+    steps after the burn-in: leaves ``[L - burn_in, B, ...]``."""
+    names = ("obs", "action", "reward", "discount", "terminated", "truncated", "next_obs")
+    return {name: jnp.swapaxes(batch[name], 0, 1)[config.burn_in :] for name in names}
+
+
+def window_features(module, params, batch: dict, name: str, config, next_obs: bool = False):
+    """A recurrent actor's or critic's encoder (``module``, the algorithm's ``make_actor`` or
+    ``make_critic``) re-run over the windows of a :func:`sample_windows` batch from
+    the stored memory ``batch["carry"][name]``, reset after every episode end.
+
+    The first ``burn_in`` steps only warm the memory up, under ``stop_gradient``.
+    Returns, time-major over the ``T = L - burn_in`` trained steps, ``features [T, B,
+    memory_size]`` at each ``obs`` and, with ``next_obs``, the features at each step's
+    ``next_obs`` from the memory after that step, before any reset (else None)."""
+    obs = jnp.swapaxes(batch["obs"], 0, 1)
+    reset = rollout.episode_starts(jnp.swapaxes(batch["terminated"] | batch["truncated"], 0, 1))
+    carry = batch["carry"][name]
+    if config.burn_in > 0:
+        frozen = jax.lax.stop_gradient(params)
+        _, carry = encode(module, frozen, obs[: config.burn_in], carry, reset[: config.burn_in])
+        carry = jax.lax.stop_gradient(carry)
+    obs, reset = obs[config.burn_in :], reset[config.burn_in :]
+    if not next_obs:
+        return encode(module, params, obs, carry, reset)[0], None
+
+    def one_step(carry, inputs):  # one step at a time: next_obs needs the memory after every step
+        obs_t, next_obs_t, reset_t = inputs
+        features_t, carry = encode(module, params, obs_t[None], carry, reset_t[None])
+        next_features_t, _ = encode(module, params, next_obs_t[None], carry)
+        return carry, (features_t[0], next_features_t[0])
+
+    next_obs = jnp.swapaxes(batch["next_obs"], 0, 1)[config.burn_in :]
+    _, (features, next_features) = jax.lax.scan(one_step, carry, (obs, next_obs, reset))
+    return features, next_features

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl import sweep_axes
+from jaxrl import offpolicy, sweep_axes
 from jaxrl.algorithms import sac
 
 L, BURN_IN, B, H = 7, 2, 3, 5
@@ -55,7 +55,7 @@ def _encoder_step(params, h, obs):
     """The actor's or critic's encoder (the same layout) on one observation ``[2]`` from
     memory ``h [H]``: one step of a sequence of one, a black box (the core has its own
     test in tests/test_memory.py)."""
-    features, h = sac.encode(sac.make_critic(CONFIG), params, obs[None, None], h[None])
+    features, h = offpolicy.encode(sac.make_critic(CONFIG), params, obs[None, None], h[None])
     return h[0], features[0, 0]
 
 
@@ -133,7 +133,7 @@ def reference_losses(actor, critic, target_critic, batch, alpha, target_eps, act
 
 
 def hand_made_batch(key):
-    """A batch of windows as :func:`sac.sample_windows` returns it, with episode ends
+    """A batch of windows as :func:`jaxrl.offpolicy.sample_windows` returns it, with episode ends
     inside: a termination and a truncation among the trained steps, a truncation in the
     burn-in (a reset at the first trained step) and one on the last step."""
     keys = jax.random.split(key, 6)
@@ -246,7 +246,7 @@ def test_both_memories_are_stored_with_each_step_and_reset_at_episode_ends(colle
             h = np.where(done[t][:, None], 0.0, h)
         np.testing.assert_allclose(state.carry[name], h, rtol=1e-4, atol=1e-5)
     # A sampled window comes with the memories stored at its first step.
-    batch = jit(sac.sample_windows)(state.buffer, jax.random.key(9), CONFIG)
+    batch = jit(offpolicy.sample_windows)(state.buffer, jax.random.key(9), CONFIG)
     assert batch["obs"].shape == (B, L, 2) and batch["carry"]["critic"].shape == (B, H)
 
 

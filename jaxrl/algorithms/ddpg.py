@@ -12,6 +12,15 @@ Actions: the actor's ``tanh`` output in ``[-1, 1]`` is mapped onto the env's Box
 bounds; exploration adds Gaussian noise of ``exploration_noise`` times the half-range.
 The buffer stores env actions; the critics see them mapped back to ``[-1, 1]``.
 
+``memory="gru"`` or ``"lstm"`` makes it recurrent DDPG / TD3, the sequence learner of
+recurrent SAC (:mod:`jaxrl.algorithms.sac`) with a deterministic actor: the actor and
+the critics each have their own recurrent encoder (the Q heads share the critics'),
+both memories advance while acting and are stored with every step in a sequence replay
+(:mod:`jaxrl.buffers.sequence`, uniform over windows), and the learner re-runs the
+actor, the critics and both targets over each window of ``sequence_length`` steps from
+the stored memories, the first ``burn_in`` steps only warming them up, with one-step
+targets bootstrapped through truncation from the final observation.
+
     config = ddpg.Config(env_id="Pendulum-v1")
     out = jax.jit(ddpg.train)(jax.random.key(0), config)
 """
@@ -26,9 +35,9 @@ import numpy as np
 import optax
 from flax import struct
 
-from jaxrl import envs, evaluation, loop, offpolicy, optim, rollout
-from jaxrl.config import freeze_mapping, require_int, require_network, require_range, static
-from jaxrl.networks import Actor, ContinuousQ, ensemble
+from jaxrl import envs, evaluation, loop, networks, offpolicy, optim, rollout
+from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
+from jaxrl.networks import Actor, ContinuousQ, RecurrentActor, RecurrentContinuousQ, ensemble
 from jaxrl.types import TrainOutput
 
 LEARNER_METRICS = ("critic_loss", "actor_loss", "q_mean")
@@ -42,6 +51,10 @@ class Config(offpolicy.ReplaySchedule):
     One iteration collects ``num_steps`` steps from each of ``num_envs`` envs, then
     runs ``num_updates`` critic updates (and ``num_updates / policy_delay`` actor
     updates) on batches of ``batch_size``.
+
+    With ``memory`` on (``n_step=1``) replay holds windows of ``sequence_length`` steps
+    starting every ``sequence_period`` steps of each env, ``batch_size`` counts windows,
+    and the losses train every step after the first ``burn_in``.
     """
 
     ALGORITHM = "DDPG"  # named in error messages (not a field)
@@ -62,6 +75,11 @@ class Config(offpolicy.ReplaySchedule):
     activation: str = static("relu")
     twin_critics: bool = static(False)
     policy_delay: int = static(1)  # critic updates per actor / target update
+    memory: str = static("none")  # "gru" or "lstm": a recurrent core in the actor and in the critics
+    memory_size: int = static(64)  # each recurrent core's units
+    sequence_length: int = static(20)  # steps per replayed window (memory only)
+    burn_in: int = static(5)  # leading steps of a window that only warm up the memories
+    sequence_period: int = static(10)  # steps between the starts of a lane's windows
     num_evals: int = static(10)
     eval_episodes: int = static(10)
     num_reports: int = static(50)
@@ -87,6 +105,11 @@ class Config(offpolicy.ReplaySchedule):
         require_network(self, spec.obs_shape)
         if self.network != "mlp":
             raise ValueError(f"network must be 'mlp' for continuous-action critics, got {self.network!r}")
+        require_choice(self, "memory", networks.MEMORY_KINDS)
+        if self.memory != "none":
+            if self.n_step != 1:
+                raise ValueError(f"memory={self.memory!r} trains one-step targets: n_step must be 1, got {self.n_step}")
+            offpolicy.check_sequence_replay(self, bootstrap_steps=0)
 
 
 @struct.dataclass
@@ -100,6 +123,7 @@ class State:
     obs: Any  # [num_envs, *obs_shape]
     timesteps: jax.Array  # int32 env steps so far
     updates: jax.Array  # int32 critic updates so far
+    carry: Any = ()  # {"actor", "critic"} memories for ``obs``, leaves [num_envs, ...]; () without memory
 
 
 # ----------------------------------------------------------------------------- set-up
@@ -109,23 +133,27 @@ def env_spec(config: Config) -> envs.EnvSpec:
     return envs.config_spec(config)
 
 
-def make_actor(config: Config) -> Actor:
+def make_actor(config: Config) -> Actor | RecurrentActor:
     spec = env_spec(config)
-    return Actor(
-        int(np.prod(spec.action_shape)),
-        "deterministic",
-        config.network,
-        config.hidden_sizes,
-        config.activation,
-        len(spec.obs_shape),
-    )
+    layout = (config.network, config.hidden_sizes, config.activation, len(spec.obs_shape))
+    if config.memory != "none":
+        return RecurrentActor(
+            int(np.prod(spec.action_shape)), "deterministic", *layout, config.memory, config.memory_size
+        )
+    return Actor(int(np.prod(spec.action_shape)), "deterministic", *layout)
 
 
 def make_critic(config: Config, num_critics: int | None = None):
     """Q-critics ``(obs [B, ...], unit action [B, A]) -> [num_critics, B]``; by default
-    two with ``twin_critics``, else one."""
+    two with ``twin_critics``, else one. With ``memory`` a :class:`RecurrentContinuousQ`
+    (one encoder, the Q heads on its output)."""
     num_critics = num_critics or (2 if config.twin_critics else 1)
-    return ensemble(ContinuousQ, num_critics)(config.hidden_sizes, config.activation, len(env_spec(config).obs_shape))
+    obs_ndim = len(env_spec(config).obs_shape)
+    if config.memory != "none":
+        return RecurrentContinuousQ(
+            config.hidden_sizes, config.activation, obs_ndim, config.memory, config.memory_size, num_critics
+        )
+    return ensemble(ContinuousQ, num_critics)(config.hidden_sizes, config.activation, obs_ndim)
 
 
 def make_optimizer(config: Config) -> optax.GradientTransformation:
@@ -141,41 +169,60 @@ def _check_traced(config: Config) -> None:
 
 
 def init(key: jax.Array, config: Config) -> State:
-    """Actor, critics, their targets (copies), optimisers, an empty buffer and
-    ``num_envs`` reset envs."""
+    """Actor, critics, their targets (copies), optimisers, an empty buffer,
+    ``num_envs`` reset envs and (with ``memory``) their initial memories."""
     _check_traced(config)
     env, env_params = offpolicy.make_env(config)
     actor_key, critic_key, env_key = jax.random.split(key, 3)
     obs, env_state = rollout.reset(env, env_params, env_key, config.num_envs)
     action = jnp.zeros((config.num_envs,) + env_spec(config).action_shape, jnp.float32)
-    actor_params = make_actor(config).init(actor_key, obs[:1])
-    critic_params = make_critic(config).init(critic_key, obs[:1], action[:1])
+    carry = initial_carry(config, config.num_envs)
+    if config.memory != "none":  # sequences of one step
+        one = initial_carry(config, 1)
+        unit = action[None, :1].reshape(1, 1, -1)
+        actor_params = make_actor(config).init(actor_key, obs[None, :1], one["actor"])
+        critic_params = make_critic(config).init(critic_key, obs[None, :1], unit, one["critic"])
+        buffer = offpolicy.init_sequence_buffer(obs, action, carry, config)
+    else:
+        actor_params = make_actor(config).init(actor_key, obs[:1])
+        critic_params = make_critic(config).init(critic_key, obs[:1], action[:1])
+        buffer = offpolicy.init_buffer(obs, action, config)
     optimizer = make_optimizer(config)
     return State(
         params={"actor": actor_params},
         critic_params=critic_params,
         target_params={"actor": actor_params, "critic": critic_params},
         opt_state={"actor": optimizer.init(actor_params), "critic": optimizer.init(critic_params)},
-        buffer=offpolicy.init_buffer(obs, action, config),
+        buffer=buffer,
         env_state=env_state,
         obs=obs,
         timesteps=jnp.zeros((), jnp.int32),
         updates=jnp.zeros((), jnp.int32),
+        carry=carry,
     )
 
 
 # ----------------------------------------------------------------------------- acting
 
 
-initial_carry = offpolicy.initial_carry
+initial_carry = offpolicy.initial_carry  # {"actor", "critic"} memories, () without memory
 
 
 def act(params: dict, obs: jax.Array, carry, key: jax.Array, config: Config, deterministic: bool = False):
     """``(action [B, *action_shape], carry)`` for observations ``[B, *obs_shape]``: the
-    actor's, plus clipped Gaussian exploration noise unless ``deterministic``. The actor
-    has no memory: ``carry`` (:func:`initial_carry`: ``()``) is passed through."""
+    actor's, plus clipped Gaussian exploration noise unless ``deterministic``. Without
+    memory ``carry`` (:func:`initial_carry`: ``()``) is passed through.
+
+    With ``memory``, ``carry`` is :func:`initial_carry`'s dict: ``act`` advances
+    ``carry["actor"]`` and passes ``carry["critic"]`` through (training's own collection,
+    :func:`collect`, also advances the critic's memory)."""
     spec = env_spec(config)
-    unit = make_actor(config).apply(params["actor"], obs)
+    if config.memory != "none":
+        actor = make_actor(config)
+        features, actor_carry = offpolicy.encode(actor, params["actor"], obs[None], carry["actor"])
+        unit, carry = actor.apply(params["actor"], features[0], method="policy"), {**carry, "actor": actor_carry}
+    else:
+        unit = make_actor(config).apply(params["actor"], obs)
     if not deterministic:
         unit = jnp.clip(unit + config.exploration_noise * jax.random.normal(key, unit.shape), -1.0, 1.0)
     return spec.from_unit(unit.reshape(unit.shape[:1] + spec.action_shape)), carry
@@ -187,37 +234,84 @@ def act(params: dict, obs: jax.Array, carry, key: jax.Array, config: Config, det
 def critic_target(target_params: dict, batch: dict, key: jax.Array, config: Config) -> jax.Array:
     """TD targets ``[B]``: ``reward + discount * (1 - terminated) * min_i Q'_i(s', a')``
     with ``a' = clip(actor'(s') + clip(target_noise * N(0, 1), +-target_noise_clip), -1, 1)``
-    (no noise when ``target_noise`` is 0; one critic without ``twin_critics``)."""
-    next_action = make_actor(config).apply(target_params["actor"], batch["next_obs"])
+    (no noise when ``target_noise`` is 0; one critic without ``twin_critics``).
+
+    With ``memory``, ``batch`` holds windows (:func:`jaxrl.offpolicy.sample_windows`)
+    and the targets are ``[L - burn_in, B]``, time-major over the trained steps: ``a'``
+    and ``Q'`` at ``next_obs[t]`` from the target actor's and the target critics'
+    memories after step ``t``, so truncated episodes bootstrap from their final
+    observation."""
+    if config.memory == "none":
+        steps, actor_in, critic_in = batch, batch["next_obs"], batch["next_obs"]
+        next_action = make_actor(config).apply(target_params["actor"], actor_in)
+    else:
+        steps = offpolicy.window_steps(batch, config)
+        actor, critic = make_actor(config), make_critic(config)
+        _, actor_in = offpolicy.window_features(actor, target_params["actor"], batch, "actor", config, next_obs=True)
+        _, critic_in = offpolicy.window_features(
+            critic, target_params["critic"], batch, "critic", config, next_obs=True
+        )
+        next_action = actor.apply(target_params["actor"], actor_in, method="policy")  # [T, B, A]
     noise = config.target_noise * jax.random.normal(key, next_action.shape)
     noise = jnp.clip(noise, -config.target_noise_clip, config.target_noise_clip)
     next_action = jnp.clip(next_action + noise, -1.0, 1.0)
-    next_q = jnp.min(make_critic(config).apply(target_params["critic"], batch["next_obs"], next_action), axis=0)
-    discount = batch["discount"] * (1.0 - batch["terminated"].astype(jnp.float32))
-    return batch["reward"] + discount * next_q
+    next_q = jnp.min(q_values(target_params["critic"], critic_in, next_action, config), axis=0)
+    discount = steps["discount"] * (1.0 - steps["terminated"].astype(jnp.float32))
+    return steps["reward"] + discount * next_q
 
 
-def _unit_action(batch: dict, config: Config) -> jax.Array:
-    action = env_spec(config).to_unit(batch["action"])
-    return action.reshape(action.shape[:1] + (-1,))
+def q_values(critic_params, obs: jax.Array, action: jax.Array, config: Config, num_critics: int | None = None):
+    """The critics' values ``[num_critics, B]`` of unit actions ``[B, A]`` at ``obs [B,
+    ...]``; with ``memory``, at the critics' encoder features ``[..., memory_size]``
+    (values ``[num_critics, ...]``)."""
+    if config.memory != "none":
+        return make_critic(config, num_critics).apply(critic_params, obs, action, method="values")
+    return make_critic(config, num_critics).apply(critic_params, obs, action)
+
+
+def _unit_action(action: jax.Array, config: Config) -> jax.Array:
+    """Env actions ``[..., *action_shape]`` as unit actions ``[..., A]``."""
+    spec = env_spec(config)
+    unit = spec.to_unit(action)
+    return unit.reshape(unit.shape[: unit.ndim - len(spec.action_shape)] + (-1,))
 
 
 def critic_loss(critic_params, target: jax.Array, batch: dict, config: Config):
-    """Squared TD error of each critic against ``target [B]``, summed over critics.
-    Returns ``(loss, q_mean)``."""
-    q = make_critic(config).apply(critic_params, batch["obs"], _unit_action(batch, config))  # [C, B]
-    return jnp.sum(jnp.mean(jnp.square(q - target), axis=-1)), jnp.mean(q)
+    """Squared TD error of each critic against ``target [B]`` (with ``memory`` ``[L -
+    burn_in, B]``, the critics re-run over the windows), averaged over the batch and
+    summed over critics. Returns ``(loss, q_mean)``."""
+    steps, inputs = batch, batch["obs"]
+    if config.memory != "none":
+        steps = offpolicy.window_steps(batch, config)
+        inputs, _ = offpolicy.window_features(make_critic(config), critic_params, batch, "critic", config)
+    q = q_values(critic_params, inputs, _unit_action(steps["action"], config), config)  # [C, B] or [C, T, B]
+    return jnp.sum(jnp.mean(jnp.square(q - target), axis=tuple(range(1, q.ndim)))), jnp.mean(q)
 
 
-def actor_loss(actor_params, critic_params, obs: jax.Array, config: Config) -> jax.Array:
-    """``-mean Q_1(s, actor(s))``: the first critic judges the actor (as in TD3)."""
-    action = make_actor(config).apply(actor_params, obs)
-    first = jax.tree.map(lambda p: p[:1], critic_params)  # evaluating only it halves the critic work
-    return -jnp.mean(make_critic(config, 1).apply(first, obs, action))
+def actor_loss(actor_params, critic_params, obs, config: Config) -> jax.Array:
+    """``-mean Q_1(s, actor(s))``: the first critic judges the actor (as in TD3). With
+    ``memory``, ``obs`` is a batch of windows: the actor and the critics re-run over
+    them, the mean over the trained steps."""
+    if config.memory == "none":
+        actor_in = critic_in = obs
+        action = make_actor(config).apply(actor_params, obs)
+    else:
+        actor = make_actor(config)
+        actor_in, _ = offpolicy.window_features(actor, actor_params, obs, "actor", config)
+        critic_in, _ = offpolicy.window_features(make_critic(config), critic_params, obs, "critic", config)
+        action = actor.apply(actor_params, actor_in, method="policy")
+    # Evaluating only the first critic halves the critic work (a recurrent encoder is shared).
+    if config.memory == "none":
+        first = jax.tree.map(lambda p: p[:1], critic_params)
+    else:
+        heads = jax.tree.map(lambda p: p[:1], critic_params["params"]["heads"])
+        first = {"params": {**critic_params["params"], "heads": heads}}
+    return -jnp.mean(q_values(first, critic_in, action, config, 1))
 
 
 def update(state: State, batch: dict, key: jax.Array, config: Config, update_actor: bool | jax.Array = True):
-    """One critic step on ``batch`` (from :func:`jaxrl.offpolicy.sample`) and, if
+    """One critic step on ``batch`` (from :func:`jaxrl.offpolicy.sample`; with ``memory``,
+    :func:`jaxrl.offpolicy.sample_windows`) and, if
     ``update_actor`` (a bool or a scalar; a ``lax.cond``), one actor step and the Polyak
     update of both targets. Returns ``(state, metrics)``; ``actor_loss`` is NaN when the
     actor did not move."""
@@ -234,7 +328,7 @@ def update(state: State, batch: dict, key: jax.Array, config: Config, update_act
             actor_params,
             actor_opt,
             critic_params,
-            batch["obs"],
+            batch["obs"] if config.memory == "none" else batch,
             config,
         )
         online = {"actor": actor_params, "critic": critic_params}
@@ -256,6 +350,25 @@ def update(state: State, batch: dict, key: jax.Array, config: Config, update_act
     return state, {"critic_loss": loss, "actor_loss": actor_value, "q_mean": q_mean}
 
 
+def collect(state: State, key: jax.Array, config: Config, uniform: bool = False):
+    """``num_steps`` steps from every env with ``memory`` on, stored in the sequence
+    replay with the memories ``{"actor", "critic"}`` that entered each step: the actor
+    acts with exploration noise (:func:`act`; ``uniform``: uniformly random actions
+    instead, the memories still advancing) and the critics' encoder advances its memory
+    on each observation."""
+    params, critic_params, spec = state.params, state.critic_params, env_spec(config)
+
+    def policy(obs, carry, key):
+        act_key, random_key = jax.random.split(key)
+        action, carry = act(params, obs, carry, act_key, config)
+        if uniform:
+            action = offpolicy.random_actions(random_key, spec, config.num_envs)
+        _, critic_carry = offpolicy.encode(make_critic(config), critic_params, obs[None], carry["critic"])
+        return action, {**carry, "critic": critic_carry}
+
+    return offpolicy.collect_recurrent(state, policy, key, config)
+
+
 def step(state: State, key: jax.Array, config: Config):
     """One iteration: collect and store ``num_envs x num_steps`` exploring steps, then
     ``num_updates`` updates (the actor on every ``policy_delay``-th). Metrics are
@@ -264,13 +377,28 @@ def step(state: State, key: jax.Array, config: Config):
     def learn(state, batch, key, j):
         return update(state, batch, key, config, update_actor=(j + 1) % config.policy_delay == 0)
 
-    return offpolicy.step(state, key, config, act, learn)
+    if config.memory == "none":
+        return offpolicy.step(state, key, config, act, learn)
+    collect_key, update_key = jax.random.split(key)
+    state, metrics = collect(state, collect_key, config)
+
+    def one_update(state, key, j):
+        sample_key, learn_key = jax.random.split(key)
+        return learn(state, offpolicy.sample_windows(state.buffer, sample_key, config), learn_key, j)
+
+    state, learner_metrics = offpolicy.run_updates(state, one_update, update_key, config.num_updates)
+    metrics.update(learner_metrics)
+    return state, metrics
 
 
 def warmup_step(state: State, key: jax.Array, config: Config):
     """An iteration before ``learning_starts``: uniformly random actions, no updates
     (learner metrics are NaN)."""
-    return offpolicy.random_step(state, key, config, LEARNER_METRICS)
+    if config.memory == "none":
+        return offpolicy.random_step(state, key, config, LEARNER_METRICS)
+    state, metrics = collect(state, key, config, uniform=True)
+    metrics.update(offpolicy.nan_metrics(LEARNER_METRICS))
+    return state, metrics
 
 
 # ----------------------------------------------------------------------------- training

@@ -33,7 +33,6 @@ import optax
 from flax import struct
 
 from jaxrl import envs, evaluation, loop, networks, offpolicy, optim, rollout
-from jaxrl.buffers import sequence
 from jaxrl.config import freeze_mapping, require_choice, require_network, require_range, static
 from jaxrl.distributions import Categorical, TanhNormal
 from jaxrl.networks import Actor, ContinuousQ, QNetwork, RecurrentActor, RecurrentContinuousQ, ensemble
@@ -252,7 +251,7 @@ def init(key: jax.Array, config: Config) -> State:
 def policy_distribution(actor_params, obs: jax.Array, config: Config):
     """The policy at ``obs [B, ...]``: a :class:`Categorical` over actions, or a
     :class:`TanhNormal` over unit actions ``[B, A]`` in ``(-1, 1)``. With ``memory``,
-    ``obs`` is the actor's encoder output ``[..., memory_size]`` (:func:`window_features`)
+    ``obs`` is the actor's encoder output ``[..., memory_size]`` (:func:`jaxrl.offpolicy.window_features`)
     and the distribution has its leading dims."""
     if config.memory != "none":
         out = make_actor(config).apply(actor_params, obs, method="policy")
@@ -275,20 +274,7 @@ def q_values(critic_params, obs: jax.Array, action: jax.Array | None, config: Co
     return make_critic(config).apply(critic_params, obs, action)
 
 
-def initial_carry(config: Config, batch_size: int):
-    """The memories before an episode's first step, for ``batch_size`` envs: ``{"actor":
-    ..., "critic": ...}``, each zeros with leaves ``[batch_size, memory_size]`` (a ``(c,
-    h)`` pair for an LSTM); ``()`` without memory."""
-    if config.memory == "none":
-        return ()
-    return {name: networks.initial_carry(config.memory, config.memory_size, batch_size) for name in ("actor", "critic")}
-
-
-def encode(module, params, obs: jax.Array, carry, reset: jax.Array | None = None):
-    """``(features [T, B, memory_size], carry)``: a recurrent actor's or critic's
-    encoder over ``obs [T, B, *obs_shape]`` entered with ``carry``, ``reset [T, B]``
-    True where step ``t`` begins an episode (None: nowhere)."""
-    return module.apply(params, obs, carry, reset, method="encode")
+initial_carry = offpolicy.initial_carry
 
 
 def act(params: dict, obs: jax.Array, carry, key: jax.Array, config: Config, deterministic: bool = False):
@@ -303,7 +289,7 @@ def act(params: dict, obs: jax.Array, carry, key: jax.Array, config: Config, det
     the replay needs and acting does not."""
     inputs = obs
     if config.memory != "none":
-        features, actor_carry = encode(make_actor(config), params["actor"], obs[None], carry["actor"])
+        features, actor_carry = offpolicy.encode(make_actor(config), params["actor"], obs[None], carry["actor"])
         inputs, carry = features[0], {**carry, "actor": actor_carry}
     dist = policy_distribution(params["actor"], inputs, config)
     action = dist.mode() if deterministic else dist.sample(key)
@@ -311,58 +297,6 @@ def act(params: dict, obs: jax.Array, carry, key: jax.Array, config: Config, det
         return action, carry
     spec = env_spec(config)
     return spec.from_unit(action.reshape(action.shape[:1] + spec.action_shape)), carry
-
-
-# ----------------------------------------------------------------------------- sequences
-
-
-def sample_windows(buffer: sequence.SequenceState, key: jax.Array, config: Config) -> dict:
-    """``batch_size`` windows drawn uniformly from the sequence replay (``memory`` on):
-    the transition fields with leaves ``[B, L, ...]``, ``discount [B, L]`` (``gamma``)
-    and ``carry``, the memories entering each window's first step (``{"actor",
-    "critic"}``, leaves ``[B, ...]``)."""
-    # Priorities are never updated, so every window keeps the first one: uniform replay.
-    batch = sequence.sample(buffer, key, config.batch_size, jnp.zeros(()))
-    discount = jnp.full(batch.data["reward"].shape, config.gamma, jnp.float32)
-    return {**batch.data, "carry": batch.carry, "discount": discount}
-
-
-def window_steps(batch: dict, config: Config) -> dict:
-    """A :func:`sample_windows` batch's per-step fields, time-major over the trained
-    steps after the burn-in: leaves ``[L - burn_in, B, ...]``."""
-    names = ("obs", "action", "reward", "discount", "terminated", "truncated", "next_obs")
-    return {name: jnp.swapaxes(batch[name], 0, 1)[config.burn_in :] for name in names}
-
-
-def window_features(module, params, batch: dict, name: str, config: Config, next_obs: bool = False):
-    """A recurrent actor's or critic's encoder (``module``, :func:`make_actor` or
-    :func:`make_critic`) re-run over the windows of a :func:`sample_windows` batch from
-    the stored memory ``batch["carry"][name]``, reset after every episode end.
-
-    The first ``burn_in`` steps only warm the memory up, under ``stop_gradient``.
-    Returns, time-major over the ``T = L - burn_in`` trained steps, ``features [T, B,
-    memory_size]`` at each ``obs`` and, with ``next_obs``, the features at each step's
-    ``next_obs`` from the memory after that step, before any reset (else None)."""
-    obs = jnp.swapaxes(batch["obs"], 0, 1)
-    reset = rollout.episode_starts(jnp.swapaxes(batch["terminated"] | batch["truncated"], 0, 1))
-    carry = batch["carry"][name]
-    if config.burn_in > 0:
-        frozen = jax.lax.stop_gradient(params)
-        _, carry = encode(module, frozen, obs[: config.burn_in], carry, reset[: config.burn_in])
-        carry = jax.lax.stop_gradient(carry)
-    obs, reset = obs[config.burn_in :], reset[config.burn_in :]
-    if not next_obs:
-        return encode(module, params, obs, carry, reset)[0], None
-
-    def one_step(carry, inputs):  # one step at a time: next_obs needs the memory after every step
-        obs_t, next_obs_t, reset_t = inputs
-        features_t, carry = encode(module, params, obs_t[None], carry, reset_t[None])
-        next_features_t, _ = encode(module, params, next_obs_t[None], carry)
-        return carry, (features_t[0], next_features_t[0])
-
-    next_obs = jnp.swapaxes(batch["next_obs"], 0, 1)[config.burn_in :]
-    _, (features, next_features) = jax.lax.scan(one_step, carry, (obs, next_obs, reset))
-    return features, next_features
 
 
 # ----------------------------------------------------------------------------- learning
@@ -388,17 +322,17 @@ def critic_target(
     """Soft TD targets ``[B]``: ``reward + discount * (1 - terminated) * V(s')`` with
     ``V(s') = E_{a' ~ pi}[min_i Q'_i(s', a') - alpha log pi(a'|s')]``.
 
-    With ``memory``, ``batch`` holds windows (:func:`sample_windows`) and the targets are
+    With ``memory``, ``batch`` holds windows (:func:`jaxrl.offpolicy.sample_windows`) and the targets are
     ``[L - burn_in, B]``, time-major over the trained steps: ``V`` at ``next_obs[t]``
     from the actor's and the target critics' memories after step ``t``
-    (:func:`window_features`), so truncated episodes bootstrap from their final
+    (:func:`jaxrl.offpolicy.window_features`), so truncated episodes bootstrap from their final
     observation."""
     if config.memory == "none":
         steps, actor_in, critic_in = batch, batch["next_obs"], batch["next_obs"]
     else:
-        steps = window_steps(batch, config)
-        _, actor_in = window_features(make_actor(config), actor_params, batch, "actor", config, next_obs=True)
-        _, critic_in = window_features(
+        steps = offpolicy.window_steps(batch, config)
+        _, actor_in = offpolicy.window_features(make_actor(config), actor_params, batch, "actor", config, next_obs=True)
+        _, critic_in = offpolicy.window_features(
             make_critic(config), target_critic_params, batch, "critic", config, next_obs=True
         )
     next_q, next_log_prob = _soft_values(actor_params, target_critic_params, actor_in, critic_in, key, config)
@@ -417,8 +351,8 @@ def critic_loss(critic_params, target: jax.Array, batch: dict, config: Config):
     else:
         steps, inputs = batch, batch["obs"]
         if config.memory != "none":
-            steps = window_steps(batch, config)
-            inputs, _ = window_features(make_critic(config), critic_params, batch, "critic", config)
+            steps = offpolicy.window_steps(batch, config)
+            inputs, _ = offpolicy.window_features(make_critic(config), critic_params, batch, "critic", config)
         action = env_spec(config).to_unit(steps["action"])
         action = action.reshape(action.shape[: action.ndim - len(env_spec(config).action_shape)] + (-1,))
         q = q_values(critic_params, inputs, action, config)
@@ -432,8 +366,8 @@ def actor_loss(actor_params, critic_params, alpha: jax.Array, obs, key: jax.Arra
     (exact for discrete)."""
     actor_in = critic_in = obs
     if config.memory != "none":
-        actor_in, _ = window_features(make_actor(config), actor_params, obs, "actor", config)
-        critic_in, _ = window_features(make_critic(config), critic_params, obs, "critic", config)
+        actor_in, _ = offpolicy.window_features(make_actor(config), actor_params, obs, "actor", config)
+        critic_in, _ = offpolicy.window_features(make_critic(config), critic_params, obs, "critic", config)
     q, log_prob = _soft_values(actor_params, critic_params, actor_in, critic_in, key, config)
     return jnp.mean(alpha * log_prob - q), -jnp.mean(log_prob)
 
@@ -448,7 +382,7 @@ def update(state: State, batch: dict, key: jax.Array, config: Config):
     """One step of the critics, then the actor (against the updated critics), then the
     temperature (with ``autotune``), then the Polyak update of the target critics.
     ``batch`` comes from :func:`jaxrl.offpolicy.sample` (with ``memory``,
-    :func:`sample_windows`). Returns ``(state, metrics)``."""
+    :func:`jaxrl.offpolicy.sample_windows`). Returns ``(state, metrics)``."""
     target_key, actor_key = jax.random.split(key)
     optimizer = make_optimizer(config)
     alpha = jnp.exp(state.log_alpha)
@@ -505,7 +439,7 @@ def collect(state: State, key: jax.Array, config: Config, uniform: bool = False)
         action, carry = act(params, obs, carry, act_key, config)
         if uniform:
             action = offpolicy.random_actions(random_key, spec, config.num_envs)
-        _, critic_carry = encode(make_critic(config), critic_params, obs[None], carry["critic"])
+        _, critic_carry = offpolicy.encode(make_critic(config), critic_params, obs[None], carry["critic"])
         return action, {**carry, "critic": critic_carry}
 
     return offpolicy.collect_recurrent(state, policy, key, config)
@@ -522,7 +456,7 @@ def step(state: State, key: jax.Array, config: Config):
 
     def one_update(state, key, j):
         sample_key, learn_key = jax.random.split(key)
-        return learn(state, sample_windows(state.buffer, sample_key, config), learn_key, j)
+        return learn(state, offpolicy.sample_windows(state.buffer, sample_key, config), learn_key, j)
 
     state, learner_metrics = offpolicy.run_updates(state, one_update, update_key, config.num_updates)
     metrics.update(learner_metrics)
