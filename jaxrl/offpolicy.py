@@ -376,3 +376,20 @@ def window_features(module, params, batch: dict, name: str, config, next_obs: bo
     next_obs = jnp.swapaxes(batch["next_obs"], 0, 1)[config.burn_in :]
     _, (features, next_features) = jax.lax.scan(one_step, carry, (obs, next_obs, reset))
     return features, next_features
+
+
+def window_step(state, key: jax.Array, config, collect: Callable, learn: Callable):
+    """One iteration of an actor-critic with memory: ``collect(state, key, config) ->
+    (state, metrics)`` stores ``num_steps`` steps of every env with their memories, then
+    ``config.num_updates`` of ``learn(state, batch, key, j) -> (state, metrics)`` on
+    :func:`sample_windows` batches (:func:`run_updates`). Returns ``(state, metrics)``."""
+    collect_key, update_key = jax.random.split(key)
+    state, metrics = collect(state, collect_key, config)
+
+    def one_update(state, key, j):
+        sample_key, learn_key = jax.random.split(key)
+        return learn(state, sample_windows(state.buffer, sample_key, config), learn_key, j)
+
+    state, learner_metrics = run_updates(state, one_update, update_key, config.num_updates)
+    metrics.update(learner_metrics)
+    return state, metrics

@@ -451,16 +451,7 @@ def step(state: State, key: jax.Array, config: Config):
     learn = lambda state, batch, key, _: update(state, batch, key, config)  # noqa: E731
     if config.memory == "none":
         return offpolicy.step(state, key, config, act, learn)
-    collect_key, update_key = jax.random.split(key)
-    state, metrics = collect(state, collect_key, config)
-
-    def one_update(state, key, j):
-        sample_key, learn_key = jax.random.split(key)
-        return learn(state, offpolicy.sample_windows(state.buffer, sample_key, config), learn_key, j)
-
-    state, learner_metrics = offpolicy.run_updates(state, one_update, update_key, config.num_updates)
-    metrics.update(learner_metrics)
-    return state, metrics
+    return offpolicy.window_step(state, key, config, collect, learn)
 
 
 def warmup_step(state: State, key: jax.Array, config: Config):
