@@ -1,4 +1,4 @@
-"""Datasets of recorded transitions: collect from any policy, save / load as ``.npz``.
+"""Datasets of recorded transitions: collect from any policy, save / load as ``.npz``. ::
 
     act_fn = functools.partial(ppo.act, config=config, deterministic=True)
     dataset = data.collect_dataset(act_fn, params, "CartPole-v1", key, num_steps=10_000, num_envs=10)

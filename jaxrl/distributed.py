@@ -25,7 +25,7 @@ Multi-host: call :func:`initialize` first in every process (it wraps
 ``jax.distributed.initialize`` and selects CPU collectives); :func:`make_mesh` then
 spans every process's devices and the functions above run unchanged, every process
 executing the same program on its share. Replicated outputs (params, metrics of a data
-parallel run) are readable on every process; lane-sharded ones through :func:`to_host`.
+parallel run) are readable on every process; lane-sharded ones through :func:`to_host`. ::
 
     from jaxrl import distributed
     from jaxrl.algorithms import ppo

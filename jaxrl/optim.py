@@ -1,5 +1,5 @@
 """The optimiser step every algorithm uses: an optax update of a parameter pytree on
-the gradient of a loss.
+the gradient of a loss. ::
 
     opt_state = optimizer.init(params)
     params, opt_state, loss, aux = optim.step(optimizer, loss_fn, params, opt_state, batch)

@@ -1,5 +1,5 @@
 """Learning curves to PNG: the mean over seeds with a bootstrap confidence band, for
-metrics returned by a run or read back from run directories written with a ``logdir``.
+metrics returned by a run or read back from run directories written with a ``logdir``. ::
 
     plots.plot_metrics({"ppo": result.metrics}, "curves.png")
     plots.plot_runs(["runs/ppo", "runs/a2c"], "compare.png", metric="eval_return")

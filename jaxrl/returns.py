@@ -14,7 +14,7 @@ Conventions for every function (``[T, ...]``: time first, any batch dims after):
 * The sequence end is treated like a truncation: the last step bootstraps from
   ``v_next_{T-1}``.
 
-Loops over time are reverse ``lax.scan``s, so compile time does not grow with ``T``.
+Loops over time are reverse ``lax.scan`` loops, so compile time does not grow with ``T``.
 """
 
 from __future__ import annotations
@@ -222,7 +222,7 @@ def vtrace(
       v_t, v_next_t, r_t, terminated_t, truncated_t: ``[T, ...]`` as in the module doc.
       log_rho_t: ``[T, ...]`` log importance ratios ``log pi(a|s) - log mu(a|s)``.
       gamma: discount; rho_bar, c_bar, pg_rho_bar (defaults to rho_bar): clipping
-        thresholds (``jnp.inf`` for none); lambda_: trace-cutting mixture.
+        thresholds (``jnp.inf`` for none); ``lambda_``: trace-cutting mixture.
     With ``log_rho_t = 0`` and infinite thresholds, ``vs`` equals
     :func:`discounted_returns` (the on-policy n-step return to the sequence end).
     """

@@ -1,7 +1,7 @@
 """Advantage actor-critic, and its relatives REINFORCE and IMPALA, as one implementation.
 
 Each iteration collects ``num_steps`` steps from ``num_envs`` envs (the lock-step JAX
-form of A3C's parallel actors) and takes one gradient step on
+form of A3C's parallel actors) and takes one gradient step on::
 
     loss = -mean(log pi(a|s) * A) + vf_coef * 0.5 * mean((v(s) - target)^2) - ent_coef * entropy
 
@@ -21,7 +21,7 @@ where the static field ``advantage`` picks the advantage ``A`` and the value tar
 ``policy_lag = k`` makes the actors act with the params of ``k`` updates ago (kept in
 the state), as IMPALA's asynchronous actors do; V-trace corrects for it, the other
 estimators ignore it. :mod:`~jaxrl.algorithms.reinforce` and
-:mod:`~jaxrl.algorithms.impala` are this module with their own defaults.
+:mod:`~jaxrl.algorithms.impala` are this module with their own defaults. ::
 
     config = a2c.Config(env_id="CartPole-v1")
     out = jax.jit(a2c.train)(jax.random.key(0), config)

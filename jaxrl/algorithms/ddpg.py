@@ -19,7 +19,7 @@ both memories advance while acting and are stored with every step in a sequence 
 (:mod:`jaxrl.buffers.sequence`, uniform over windows), and the learner re-runs the
 actor, the critics and both targets over each window of ``sequence_length`` steps from
 the stored memories, the first ``burn_in`` steps only warming them up, with one-step
-targets bootstrapped through truncation from the final observation.
+targets bootstrapped through truncation from the final observation. ::
 
     config = ddpg.Config(env_id="Pendulum-v1")
     out = jax.jit(ddpg.train)(jax.random.key(0), config)

@@ -18,7 +18,7 @@ stored with every step in a prioritized sequence replay (:mod:`jaxrl.buffers.seq
 and a learner that re-runs the online and target networks over each sampled window of
 ``sequence_length`` steps from its stored memory, warming it up over the first
 ``burn_in`` steps, with n-step double-Q targets, optionally value-rescaled.
-``r2d2(env_id)`` is that preset.
+``r2d2(env_id)`` is that preset. ::
 
     config = dqn.Config(env_id="CartPole-v1")
     out = jax.jit(dqn.train)(jax.random.key(0), config)

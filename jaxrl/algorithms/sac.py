@@ -15,7 +15,7 @@ sequence replay (:mod:`jaxrl.buffers.sequence`, uniform over windows), and the l
 re-runs the actor, the critics and the target critics over each window of
 ``sequence_length`` steps from the stored memories, the first ``burn_in`` steps only
 warming them up, with one-step soft targets bootstrapped through truncation from the
-final observation.
+final observation. ::
 
     config = sac.Config(env_id="Pendulum-v1")
     out = jax.jit(sac.train)(jax.random.key(0), config)

@@ -3,7 +3,7 @@ actor and target updates, and target policy smoothing.
 
 It is :mod:`jaxrl.algorithms.ddpg` with TD3's defaults, not a copy: every function is
 DDPG's, and ``ddpg.Config(twin_critics=True, policy_delay=2, target_noise=0.2)`` is the
-same algorithm.
+same algorithm. ::
 
     config = td3.Config(env_id="Pendulum-v1")
     out = jax.jit(td3.train)(jax.random.key(0), config)

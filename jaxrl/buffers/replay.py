@@ -2,7 +2,7 @@
 
 Storage is ``[R, N, ...]`` per leaf: row ``r`` holds what ``N`` parallel envs produced at
 one step, so each env lane is its own time-ordered stream. That is what lets n-step
-targets follow one env's episode and stop where its stream ends, never mixing lanes.
+targets follow one env's episode and stop where its stream ends, never mixing lanes. ::
 
     buffer = replay.init(example_transition, capacity=100_000, num_envs=8)
     buffer = replay.add(buffer, transitions)             # leaves [8, ...]

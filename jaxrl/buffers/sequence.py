@@ -28,6 +28,8 @@ Which windows exist (the rule :func:`add` keeps):
   priority to 0 until the window is whole again. Every other start keeps its priority.
   So the sum-tree's positive leaves are exactly the sampleable starts.
 
+For example::
+
     buffer = sequence.init(example, capacity=100_000, num_envs=8, sequence_length=80, period=40)
     buffer = sequence.add(buffer, transitions)                   # leaves [8, ...]
     batch = sequence.sample(buffer, key, batch_size=32, beta=0.6)

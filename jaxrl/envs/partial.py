@@ -1,7 +1,7 @@
 """Partial observability: :class:`MaskObservation` (hide parts of the observation),
 :class:`FrameStack` (give back a short history), and the partially observed ids
 ``"MaskedCartPole-v1"`` and ``"MaskedPendulum-v1"``, registered with
-:func:`jaxrl.envs.register`.
+:func:`jaxrl.envs.register`. ::
 
     env, env_params = jaxrl.envs.make("MaskedCartPole-v1", frame_stack=4)
 
