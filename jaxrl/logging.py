@@ -56,7 +56,7 @@ def progress_bar(
     """Show a tqdm bar (terminal or notebook) of env steps, steps/s and latest return.
 
     ``counter`` names the reported metric the bar counts to ``total_timesteps`` in
-    ``unit``s: ``"updates"`` / ``"update"`` for algorithms that learn from a dataset;
+    units of ``unit``: ``"updates"`` / ``"update"`` for algorithms that learn from a dataset;
     ``initial``: the count already done (a resumed run).
 
     Reports from vmapped seeds are merged: the bar shows the furthest step count and
@@ -107,13 +107,14 @@ def progress_bar(
 # ``iteration`` (whose env-step count is ``step``) when a run resumes from a checkpoint,
 # so a resumed run's logs read as if it had never stopped.
 
-LOGGER_NAMES = ("console", "csv", "jsonl", "tensorboard")
+LOGGER_NAMES = ("console", "csv", "jsonl", "tensorboard", "wandb")
 
 
-def make_loggers(loggers, logdir: str | None) -> list:
+def make_loggers(loggers, logdir: str | None, meta: dict | None = None) -> list:
     """Logger objects for ``loggers``: names from :data:`LOGGER_NAMES` (file loggers
     write into ``logdir`` and are skipped without one) or objects with ``write`` /
-    ``truncate`` / ``close``, passed through."""
+    ``truncate`` / ``close``, passed through. ``meta``: the run's description
+    (:func:`jaxrl.rundir.meta`), which ``wandb`` records as the W&B run's config."""
     import os
 
     made = []
@@ -126,6 +127,8 @@ def make_loggers(loggers, logdir: str | None) -> list:
             )
         elif logger == "console":
             made.append(ConsoleLogger())
+        elif logger == "wandb":
+            made.append(WandbLogger(logdir, config=meta))
         elif logdir is None:
             continue
         elif logger == "tensorboard":
@@ -253,6 +256,133 @@ class TensorBoardLogger:
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
+
+
+class WandbLogger:
+    """A Weights & Biases run (``pip install "jaxrl[wandb]"``) holding the scalars
+    TensorBoard gets: ``<metric>/seed_<i>`` and ``<metric>/mean`` (NaN cells skipped).
+    Each row is logged at W&B step = the env steps where the run counts them (else the
+    iteration); that counter is logged too and is every metric's x axis
+    (``define_metric``). The run starts at the first ``write``, so a run refused
+    before training leaves no W&B run behind, and ``close`` finishes it.
+
+    With no network, set ``WANDB_MODE=offline`` (or pass ``mode="offline"``): the run
+    is written under ``<logdir>/wandb/offline-run-*`` and ``wandb sync DIR`` uploads it
+    later. Unset arguments are left to W&B, which reads ``WANDB_PROJECT``,
+    ``WANDB_ENTITY``, ``WANDB_NAME``, ``WANDB_RUN_GROUP``, ``WANDB_TAGS``,
+    ``WANDB_MODE`` ... itself.
+
+    Args:
+      logdir: W&B's files go to ``<logdir>/wandb`` (without one: ``WANDB_DIR`` or
+        ``./wandb``), and the run's id to ``<logdir>/wandb/jaxrl-run-id``, so that a
+        resumed jaxrl run continues the same W&B run.
+      project / name / group / tags: as ``wandb.init``'s. ``name`` defaults to the
+        logdir's last component (unless ``WANDB_NAME`` is set).
+      config: the run's config in W&B, over the run's ``<logdir>/run.json`` (the
+        algorithm, every config field, seeds, chunking) when there is one.
+      rewind: on a resume, rewind the W&B run to the checkpoint (below).
+      **init_kwargs: passed on to ``wandb.init`` (``entity``, ``notes``, ``mode``,
+        ``settings``, ...).
+
+    Resuming (``truncate(iteration, step)``): W&B cannot delete logged rows. The
+    resumed run reopens the W&B run whose id the logdir holds (``resume="allow"``) and
+    logs the rows after the checkpoint again, with the values logged before the stop
+    (resumes are exact). Online, W&B continues the run from its last step and ignores
+    rows logged at lower steps, so each row is in the history once (W&B's documented
+    resume; jaxrl's tests run offline and do not reach a server). Offline, each part
+    of the run is its own ``offline-run-*`` directory under the same run id, the
+    resumed one holding the rows after the checkpoint: synced, the rows between the
+    checkpoint and the stop may appear twice, with equal values. With ``rewind=True``
+    the resumed run starts with ``resume_from="<id>?_step=<step + 1>"`` instead: W&B
+    cuts the run's history after the checkpoint's row (W&B's "rewind", a server
+    feature in preview that not every account has; an offline run carries the request
+    to ``wandb sync``).
+    """
+
+    def __init__(
+        self,
+        logdir: str | None = None,
+        *,
+        project: str | None = None,
+        name: str | None = None,
+        group: str | None = None,
+        tags: list[str] | None = None,
+        config: dict | None = None,
+        rewind: bool = False,
+        **init_kwargs,
+    ):
+        import os
+
+        try:
+            import wandb
+        except ImportError as error:
+            raise ImportError('Weights & Biases logging needs wandb: pip install "jaxrl[wandb]"') from error
+        self._wandb = wandb
+        self.logdir = logdir
+        if name is None and logdir is not None and "WANDB_NAME" not in os.environ:
+            name = os.path.basename(os.path.normpath(logdir))
+        named = {"project": project, "name": name, "group": group, "tags": tags}
+        self._init_kwargs = {**{k: v for k, v in named.items() if v is not None}, **init_kwargs}
+        self._config = config
+        self._rewind = rewind
+        self._resume_step: int | None = None
+        self.run = None
+
+    def _start(self, step_metric: str) -> None:
+        import json
+        import os
+
+        kwargs = {"reinit": "create_new", **self._init_kwargs}  # never another run of the process
+        config, id_path = {}, None
+        if self.logdir is not None:
+            kwargs.setdefault("dir", self.logdir)
+            os.makedirs(os.path.join(self.logdir, "wandb"), exist_ok=True)
+            id_path = os.path.join(self.logdir, "wandb", "jaxrl-run-id")
+            if os.path.exists(id_path):
+                with open(id_path) as f:
+                    run_id = f.read().strip()
+                if self._rewind and self._resume_step is not None:
+                    kwargs["resume_from"] = f"{run_id}?_step={self._resume_step + 1}"
+                else:
+                    kwargs.update(id=run_id, resume="allow")
+            meta_path = os.path.join(self.logdir, "run.json")
+            if os.path.exists(meta_path):
+                with open(meta_path) as f:
+                    config = json.load(f)
+        config.update(self._config or {})
+        self.run = self._wandb.init(config=config or None, **kwargs)
+        if id_path is not None:
+            with open(id_path, "w") as f:
+                f.write(self.run.id)
+        self.run.define_metric(step_metric)
+        self.run.define_metric("*", step_metric=step_metric)
+
+    def write(self, iterations: np.ndarray, values: dict) -> None:
+        counter = next((name for name in COUNTERS if name in values), None)
+        steps = iterations if counter is None else np.max(values[counter], axis=0)
+        step_metric = counter or "iteration"
+        if self.run is None:
+            self._start(step_metric)
+        means = {name: seed_mean(column) for name, column in values.items() if name not in COUNTERS}
+        for row, step in enumerate(steps):
+            logged = {step_metric: int(step)}
+            for name, mean in means.items():
+                column = values[name]
+                for seed in range(column.shape[0]):
+                    if math.isfinite(column[seed, row]):
+                        logged[f"{name}/seed_{seed}"] = float(column[seed, row])
+                if math.isfinite(mean[row]):
+                    logged[f"{name}/mean"] = float(mean[row])
+            self.run.log(logged, step=int(step), commit=True)
+
+    def truncate(self, iteration: int, step: int) -> None:
+        """Note the resume point: ``step``, its x value (see the class)."""
+        self._resume_step = int(step)
+
+    def close(self) -> None:
+        if self.run is not None:
+            self.run.finish()
+            self.run = None
 
 
 class ConsoleLogger:
