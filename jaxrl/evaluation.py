@@ -106,12 +106,15 @@ def evaluate(
     return EvalResult(total, length)
 
 
-def evaluate_config(act: Callable, initial_carry: Callable, params, key: jax.Array, config) -> EvalResult:
-    """An algorithm's deterministic evaluation: ``config.eval_episodes`` episodes of
-    ``act(params, obs, carry, key, config, deterministic=True)`` from
+def evaluate_config(
+    act: Callable, initial_carry: Callable, params, key: jax.Array, config, deterministic: bool = True
+) -> EvalResult:
+    """An algorithm's evaluation: ``config.eval_episodes`` episodes of
+    ``act(params, obs, carry, key, config, deterministic=deterministic)`` from
     ``initial_carry(config, eval_episodes)`` on the config's env (without training-time
-    wrappers such as reward scaling)."""
+    wrappers such as reward scaling). Deterministic, as training evaluates, unless
+    ``deterministic=False`` (the policy's sampled actions)."""
     env, env_params = envs.make(config.env_id, **dict(config.env_kwargs))
-    act_fn = functools.partial(act, config=config, deterministic=True)
+    act_fn = functools.partial(act, config=config, deterministic=deterministic)
     carry = initial_carry(config, config.eval_episodes)
     return evaluate(act_fn, params, env, key, config.eval_episodes, env_params, carry=carry)
