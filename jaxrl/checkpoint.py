@@ -5,7 +5,7 @@ stores three items: ``state`` (any pytree: parameters, optimiser state, replay b
 env states, normalisation statistics, counters, typed PRNG keys), ``history`` (a pytree
 of NumPy arrays, e.g. the metrics logged so far) and ``meta`` (a JSON dict saying which
 run this is). Orbax writes a step into a temporary directory and renames it only once
-complete, so a crash mid-save leaves the previous step as the latest.
+complete, so a crash mid-save leaves the previous step as the latest. ::
 
     checkpoints = Checkpoints("runs/ppo/checkpoints", keep=3)
     checkpoints.save(100, state, meta={"algorithm": "ppo", ...}, eval_return=480.0)
@@ -89,7 +89,16 @@ class Checkpoints:
             enable_async_checkpointing=False,
             create=True,
         )
-        self._manager = ocp.CheckpointManager(self.directory, options=options)
+        # The items' handlers named up front: a manager that has not saved yet (one
+        # opened to resume or to read a finished run) otherwise warns, when asked about
+        # a step, that it cannot restore the items it has no handler for.
+        handlers = {
+            "state": ocp.StandardCheckpointHandler(),
+            "history": ocp.StandardCheckpointHandler(),
+            "meta": ocp.JsonCheckpointHandler(),
+            "host_envs": ocp.StandardCheckpointHandler(),
+        }
+        self._manager = ocp.CheckpointManager(self.directory, options=options, item_handlers=handlers)
 
     def steps(self) -> list[int]:
         """The complete steps in the directory, oldest first."""
@@ -112,11 +121,21 @@ class Checkpoints:
         ocp = _orbax()
         return dict(self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta)
 
-    def save(self, step: int, state, *, meta: dict, history: Any = None, eval_return: float | None = None) -> None:
+    def save(
+        self,
+        step: int,
+        state,
+        *,
+        meta: dict,
+        history: Any = None,
+        eval_return: float | None = None,
+        host_envs: bytes | None = None,
+    ) -> None:
         """Write ``state`` (and ``history``, ``meta``) as ``step``, then drop old steps.
 
         ``eval_return`` (finite, or None) ranks the step for ``keep_best``; it is also
-        stored in the meta."""
+        stored in the meta. ``host_envs``: the pickled host envs the state's env states
+        refer to (:func:`jaxrl.envs.gymnasium.snapshot`), read back by :meth:`host_envs`."""
         ocp = _orbax()
         if eval_return is not None and not np.isfinite(eval_return):
             eval_return = None
@@ -124,6 +143,8 @@ class Checkpoints:
         items = {"state": ocp.args.StandardSave(_unwrap_keys(state)), "meta": ocp.args.JsonSave(meta)}
         if history is not None:
             items["history"] = ocp.args.StandardSave(jax.tree.map(np.asarray, history))
+        if host_envs is not None:
+            items["host_envs"] = ocp.args.StandardSave({"pickle": np.frombuffer(host_envs, np.uint8)})
         metrics = None if eval_return is None else {"eval_return": float(eval_return)}
         self._manager.save(int(step), args=ocp.args.Composite(**items), metrics=metrics, force=True)
         self._manager.wait_until_finished()
@@ -160,6 +181,14 @@ class Checkpoints:
         state = _wrap_keys(restored.state, template)
         history = jax.tree.map(np.asarray, restored.history) if has_history else None
         return state, history, meta
+
+    def host_envs(self, step: int) -> bytes | None:
+        """The pickled host envs saved with ``step``, or None if none were."""
+        ocp = _orbax()
+        if "host_envs" not in self._manager.item_metadata(step):
+            return None
+        restored = self._manager.restore(step, args=ocp.args.Composite(host_envs=ocp.args.StandardRestore()))
+        return np.asarray(restored.host_envs["pickle"]).tobytes()
 
     def close(self) -> None:
         self._manager.close()

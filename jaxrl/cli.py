@@ -1,5 +1,10 @@
 """Command line: ``python -m jaxrl train ALGO --env ID [--seeds N] [--set field=value ...]``,
-``python -m jaxrl sweep ALGO --grid lr=1e-4,3e-4 ...`` and ``python -m jaxrl plot RUN_DIR ...``."""
+``python -m jaxrl sweep ALGO --grid lr=1e-4,3e-4 ...``,
+``python -m jaxrl pbt ALGO --bounds lr=1e-4:3e-3 ...``, ``python -m jaxrl plot RUN_DIR ...``,
+and, for a run saved with ``--logdir`` and ``--checkpoint-every``,
+``python -m jaxrl evaluate RUN_DIR [--episodes N] [--sampled] [--video DIR]`` (its policies'
+returns; with no options, its own last evaluation again) and
+``python -m jaxrl record RUN_DIR --steps N --out data.npz`` (a dataset for ``train bc``)."""
 
 from __future__ import annotations
 
@@ -106,48 +111,13 @@ def _add_config_arguments(sub, module) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from jaxrl import algorithms
-
     parser = argparse.ArgumentParser(prog="python -m jaxrl", description="Train jaxrl agents.")
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="train an algorithm on an env, several seeds at once")
-    algos = train.add_subparsers(
-        dest="algorithm", required=True, metavar="ALGORITHM", help=f"one of: {', '.join(algorithms.ALGORITHMS)}"
-    )
-    for name in algorithms.ALGORITHMS:
-        module = algorithms.get(name)
-        sub = algos.add_parser(
-            name,
-            help=(module.__doc__ or "").strip().splitlines()[0],
-            epilog=_describe_fields(module.Config),
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-        _add_config_arguments(sub, module)
+    for sub in _algorithm_parsers(train, lambda name, module: (module.__doc__ or "").strip().splitlines()[0]):
         sub.add_argument("--no-progress", action="store_true", help="hide the progress bar")
         sub.add_argument("--json", metavar="PATH", help="also write the summary as JSON")
-        sub.add_argument("--logdir", help="write run.json, metrics and checkpoints into this directory")
-        sub.add_argument(
-            "--loggers",
-            default="csv",
-            help="comma-separated: csv, jsonl, tensorboard, console (files go to --logdir; default: %(default)s)",
-        )
-        sub.add_argument(
-            "--chunks",
-            type=int,
-            default=20,
-            help="compiled chunks the run is split into; logs and checkpoints happen between "
-            "chunks (default: %(default)s)",
-        )
-        sub.add_argument(
-            "--checkpoint-every",
-            type=int,
-            default=None,
-            metavar="CHUNKS",
-            help="save a checkpoint every this many chunks and at the end (needs --logdir)",
-        )
-        sub.add_argument(
-            "--resume", action="store_true", help="continue the run in --logdir from its latest checkpoint"
-        )
+        _add_run_directory_arguments(sub, "run")
         sub.add_argument(
             "--target-return",
             type=float,
@@ -164,18 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         sub.add_argument("--plot", action="store_true", help="write learning curves as PNG (needs matplotlib)")
     sweep = commands.add_parser("sweep", help="seeds x a grid of traced hyper-parameters in one compiled program")
-    sweep_algos = sweep.add_subparsers(
-        dest="algorithm", required=True, metavar="ALGORITHM", help=f"one of: {', '.join(algorithms.ALGORITHMS)}"
-    )
-    for name in algorithms.ALGORITHMS:
-        module = algorithms.get(name)
-        sub = sweep_algos.add_parser(
-            name,
-            help=f"sweep {name}",
-            epilog=_describe_fields(module.Config),
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-        _add_config_arguments(sub, module)
+    for sub in _algorithm_parsers(sweep, lambda name, module: f"sweep {name}"):
         sub.add_argument(
             "--grid",
             type=_key_value,
@@ -187,12 +146,149 @@ def build_parser() -> argparse.ArgumentParser:
         )
         sub.add_argument("--metric", default="eval_return", help="final metric to summarise (default: %(default)s)")
         sub.add_argument("--out", metavar="PATH", help="write the summary as CSV (.csv) or JSON (.json)")
+        _add_run_directory_arguments(sub, "sweep", chunked_with_logdir=True)
+    pbt = commands.add_parser(
+        "pbt", help="population-based training: members exploit and explore traced hyper-parameters"
+    )
+    for sub in _algorithm_parsers(pbt, lambda name, module: f"population-based training of {name}"):
+        sub.add_argument(
+            "--bounds",
+            type=_key_value,
+            action="append",
+            default=[],
+            metavar="FIELD=LOW:HIGH",
+            help="a traced field PBT tunes and its range (repeatable); starting values are drawn log-uniformly "
+            "for positive bounds",
+        )
+        sub.add_argument("--population", type=int, default=8, help="members, vmapped (default: %(default)s)")
+        sub.add_argument(
+            "--interval",
+            type=int,
+            default=10,
+            help="iterations per round; exploit/explore after each (default: %(default)s)",
+        )
+        sub.add_argument(
+            "--fraction", type=float, default=0.25, help="share of members replaced each round (default: %(default)s)"
+        )
+        sub.add_argument(
+            "--score-metric",
+            default="episode_return",
+            help="metric whose mean over a round ranks the members (default: %(default)s)",
+        )
+        sub.add_argument("--out", metavar="PATH", help="write the members' summary as CSV (.csv) or JSON (.json)")
+        _add_run_directory_arguments(sub, "population", chunked_with_logdir=True)
     plot = commands.add_parser("plot", help="compare runs' learning curves (mean and 95%% CI over seeds) in a PNG")
     plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="directories written with --logdir")
     plot.add_argument("--metric", default="eval_return", help="metric to plot (default: %(default)s)")
     plot.add_argument("--x", default="timesteps", help="x axis: timesteps, updates or iteration (default: %(default)s)")
     plot.add_argument("--out", default="curves.png", help="PNG to write (default: %(default)s)")
+    evaluate = commands.add_parser(
+        "evaluate",
+        help="evaluate a saved run's policies (by default, repeat the run's evaluation at the checkpoint)",
+        description="Evaluate each seed's policy from a checkpoint of a run saved with --logdir and "
+        "--checkpoint-every. With no options this repeats the run's evaluation at the checkpoint (its episodes "
+        "and keys), so at the final checkpoint it prints the run's final eval return; --episodes, --seed and "
+        "--sampled evaluate afresh.",
+    )
+    _add_saved_run_arguments(evaluate)
+    evaluate.add_argument(
+        "--episodes", type=int, default=None, help="episodes per seed (default: the run's eval_episodes)"
+    )
+    evaluate.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="draw episodes from this seed (default: the keys of the run's evaluation at the checkpoint)",
+    )
+    evaluate.add_argument("--sampled", action="store_true", help="sample actions from the policy (default: its mode)")
+    evaluate.add_argument(
+        "--video",
+        metavar="DIR",
+        help="also save one rendered episode per seed in DIR (.gif and .npz; Gymnasium envs only)",
+    )
+    evaluate.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    record = commands.add_parser(
+        "record",
+        help="record a saved policy's transitions as a dataset for behaviour cloning",
+        description="Roll out one seed's policy from a checkpoint of a saved run and write its transitions as a "
+        ".npz dataset (jaxrl.data.save_dataset), the file `train bc --set dataset_path=...` learns from.",
+    )
+    _add_saved_run_arguments(record)
+    record.add_argument("--steps", type=int, required=True, help="transitions to record (env steps over all envs)")
+    record.add_argument("--out", required=True, metavar="PATH", help="the .npz dataset to write")
+    record.add_argument("--envs", type=int, default=1, help="parallel envs; must divide --steps (default: 1)")
+    record.add_argument("--policy-seed", type=int, default=0, help="which of the run's seeds acts (default: 0)")
+    record.add_argument("--seed", type=int, default=0, help="random seed of the envs and sampling (default: 0)")
+    record.add_argument("--sampled", action="store_true", help="sample actions from the policy (default: its mode)")
     return parser
+
+
+def _algorithm_parsers(command, describe):
+    """One sub-parser of ``command`` per algorithm (``describe(name, module)`` its help),
+    each with the options that build its Config; yields them for the command's own options."""
+    from jaxrl import algorithms
+
+    algos = command.add_subparsers(
+        dest="algorithm", required=True, metavar="ALGORITHM", help=f"one of: {', '.join(algorithms.ALGORITHMS)}"
+    )
+    for name in algorithms.ALGORITHMS:
+        module = algorithms.get(name)
+        sub = algos.add_parser(
+            name,
+            help=describe(name, module),
+            epilog=_describe_fields(module.Config),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        _add_config_arguments(sub, module)
+        yield sub
+
+
+def _add_run_directory_arguments(sub, what: str, chunked_with_logdir: bool = False) -> None:
+    """``--logdir``, ``--loggers``, ``--chunks``, ``--checkpoint-every`` and ``--resume``."""
+    chunked = f" (with --logdir, the {what} runs in chunks)" if chunked_with_logdir else ""
+    sub.add_argument("--logdir", help=f"write run.json, metrics and checkpoints into this directory{chunked}")
+    sub.add_argument(
+        "--loggers",
+        default="csv",
+        help="comma-separated: csv, jsonl, tensorboard, wandb, console (files go to --logdir; default: %(default)s)",
+    )
+    sub.add_argument(
+        "--chunks",
+        type=int,
+        default=20,
+        help=f"compiled chunks the {what} is split into; logs and checkpoints happen between chunks "
+        "(default: %(default)s)",
+    )
+    sub.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=None,
+        metavar="CHUNKS",
+        help="save a checkpoint every this many chunks and at the end (needs --logdir)",
+    )
+    sub.add_argument(
+        "--resume", action="store_true", help=f"continue the {what} in --logdir from its latest checkpoint"
+    )
+
+
+def _chunking(args, num_iterations: int, unit: int = 1) -> int:
+    """Iterations per chunk for ``--chunks`` (a multiple of ``unit``, a PBT round)."""
+    if args.chunks < 1:
+        raise UsageError(f"--chunks must be >= 1, got {args.chunks}")
+    from jaxrl import runner
+
+    units = num_iterations // unit
+    return unit * runner.default_chunk_iterations(units, min(args.chunks, units))
+
+
+def _add_saved_run_arguments(sub) -> None:
+    sub.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by train --logdir --checkpoint-every")
+    sub.add_argument(
+        "--checkpoint",
+        default="latest",
+        help="latest, best (highest evaluation return) or a step (iterations done) (default: %(default)s)",
+    )
+    sub.add_argument("--no-cache", action="store_true", help="disable the persistent compilation cache")
 
 
 def parse_overrides(config_cls, pairs, algorithm: str) -> dict:
@@ -256,8 +352,6 @@ def train_command(args) -> int:
     module = algorithms.get(args.algorithm)
     config = make_config(module, args)
     _use_compilation_cache(args)
-    if args.chunks < 1:
-        raise UsageError(f"--chunks must be >= 1, got {args.chunks}")
     program = module.program(config)
     num_iterations, total, counter = program.num_iterations, program.budget, program.counter
     unit = "env step" if counter == "timesteps" else "update"
@@ -268,9 +362,9 @@ def train_command(args) -> int:
             config,
             seeds=args.seeds,
             seed=args.seed,
-            chunk_iterations=runner.default_chunk_iterations(num_iterations, min(args.chunks, num_iterations)),
+            chunk_iterations=_chunking(args, num_iterations),
             logdir=args.logdir,
-            loggers=args.loggers.split(",") if args.loggers else (),
+            loggers=_logger_names(args),
             checkpoint_every=args.checkpoint_every,
             resume=args.resume,
             progress=not args.no_progress,
@@ -354,7 +448,17 @@ def sweep_command(args) -> int:
             f"(compiling...)",
             flush=True,
         )
-        result = sweep.run(module, config, settings, seeds=args.seeds, seed=args.seed)
+        chunked = {}
+        if args.logdir or args.resume or args.checkpoint_every:
+            chunked = dict(
+                logdir=args.logdir,
+                loggers=_logger_names(args),
+                chunk_iterations=_chunking(args, module.program(config).num_iterations),
+                checkpoint_every=args.checkpoint_every,
+                resume=args.resume,
+                progress=True,
+            )
+        result = sweep.run(module, config, settings, seeds=args.seeds, seed=args.seed, **chunked)
         rows = sweep.summarize(result, metric=args.metric)
     except ValueError as error:
         raise UsageError(str(error)) from None
@@ -365,6 +469,75 @@ def sweep_command(args) -> int:
         _write_rows(rows, args.out)
         print(f"\nwrote {args.out}")
     return 0
+
+
+def pbt_command(args) -> int:
+    from jaxrl import algorithms, metrics, pbt, sweep
+
+    module = algorithms.get(args.algorithm)
+    config = make_config(module, args)
+    _use_compilation_cache(args)
+    if not args.bounds:
+        raise UsageError("give at least one --bounds field=low:high")
+    bounds = {}
+    for name, text in args.bounds:
+        name = ALIASES.get(name, name)
+        try:
+            low, high = (float(part) for part in text.split(":"))
+        except ValueError:
+            raise UsageError(f"cannot parse --bounds {name}={text!r}: expected low:high") from None
+        bounds[name] = (low, high)
+    try:
+        num_iterations = module.program(config).num_iterations
+        if args.interval < 1 or num_iterations % args.interval:
+            raise ValueError(
+                f"--interval must be an int >= 1 dividing the run's {num_iterations} iterations, got {args.interval}"
+            )
+        chunk_iterations = _chunking(args, num_iterations, unit=args.interval)
+        print(
+            f"{args.algorithm} on {config.env_id}: a population of {args.population}, exploit/explore every "
+            f"{args.interval} iterations (compiling...)",
+            flush=True,
+        )
+        result = pbt.train(
+            module,
+            config,
+            bounds,
+            population=args.population,
+            interval=args.interval,
+            seed=args.seed,
+            fraction=args.fraction,
+            score_metric=args.score_metric,
+            logdir=args.logdir,
+            loggers=_logger_names(args) if args.logdir else None,
+            rounds_per_chunk=chunk_iterations // args.interval if args.logdir or args.resume else None,
+            checkpoint_every=args.checkpoint_every,
+            resume=args.resume,
+        )
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    print(f"compiled in {result.compile_seconds:.1f} s, ran in {result.run_seconds:.1f} s\n")
+    final_eval = metrics.latest_finite(result.metrics["eval_return"])
+    rows = [
+        {
+            "member": member,
+            **{name: float(values[-1, member]) for name, values in result.hyperparams.items()},
+            "eval_return": float(final_eval[member]),
+            "last_score": float(result.scores[-1, member]),
+            "lineage": "-".join(str(m) for m in result.lineage(member)),
+        }
+        for member in range(args.population)
+    ]
+    print("final hyper-parameters and evaluation return per member (lineage: whose agent it held each round):")
+    print(sweep.format_table(rows, by="eval_return"))
+    if args.out:
+        _write_rows(rows, args.out)
+        print(f"\nwrote {args.out}")
+    return 0
+
+
+def _logger_names(args) -> tuple:
+    return tuple(args.loggers.split(",")) if args.loggers else ()
 
 
 def _write_rows(rows: list[dict], path: str) -> None:
@@ -401,10 +574,165 @@ def plot_command(args) -> int:
     return 0
 
 
+def _checkpoint_choice(text: str):
+    """``--checkpoint``: ``latest``, ``best`` or a step number."""
+    if text in ("latest", "best"):
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"--checkpoint must be latest, best or a step number, got {text!r}") from None
+
+
+def _load_run(args):
+    """The saved run ``args`` name, or a UsageError saying why there is none."""
+    from jaxrl import saved
+
+    checkpoint = _checkpoint_choice(args.checkpoint)
+    _use_compilation_cache(args)
+    try:
+        return saved.load(args.run_dir, checkpoint)
+    except (ValueError, OSError) as error:
+        raise UsageError(str(error)) from None
+
+
+def _describe_run(run) -> str:
+    program = run.module.program(run.config)
+    return (
+        f"{run.algorithm} on {run.env_id} ({run.logdir}), checkpoint at iteration {run.step:,} "
+        f"of {program.num_iterations:,}"
+    )
+
+
+def _lane_name(run) -> str:
+    return "lane" if run.meta.get("settings") else "seed"  # a sweep's lanes are (setting, seed) pairs
+
+
+def evaluate_command(args) -> int:
+    import jax
+    import numpy as np
+
+    from jaxrl import saved
+
+    if args.episodes is not None and args.episodes < 1:
+        raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
+    run = _load_run(args)
+    if args.video and not saved.can_render(run.env_id, run.config.env_kwargs):
+        raise UsageError(
+            f"--video: env {run.env_id!r} cannot render; only rendering envs support --video: Gymnasium envs "
+            f"('gymnasium:<id>') with an rgb_array render mode"
+        )
+    if args.seed is None:  # the evaluation the run ran (or would have run) at the checkpoint
+        keys, reproduces = run.eval_keys(), run.evaluated_at_step()
+        source = f"the keys of iteration {run.step:,}'s evaluation" + (
+            "" if reproduces else " (the run made none there)"
+        )
+    else:
+        keys, reproduces = jax.random.split(jax.random.key(args.seed), run.lanes), False
+        source = f"seed {args.seed}"
+    episodes = run.config.eval_episodes if args.episodes is None else args.episodes
+    reproduces = reproduces and episodes == run.config.eval_episodes and not args.sampled
+    mode = "sampled" if args.sampled else "deterministic"
+    print(_describe_run(run), flush=True)
+    print(f"{episodes} {mode} episode(s) per {_lane_name(run)}, from {source} (compiling...)", flush=True)
+    result = saved.evaluate(run, keys, episodes=episodes, deterministic=not args.sampled)
+    returns, lengths = np.asarray(result.returns, np.float64), np.asarray(result.lengths, np.float64)
+    columns = {
+        # float32, averaged as the run's evaluation averages its episodes
+        "return": np.asarray(jax.numpy.mean(result.returns, axis=1), np.float64),
+        "std": returns.std(axis=1),
+        "min": returns.min(axis=1),
+        "max": returns.max(axis=1),
+        "length": lengths.mean(axis=1),
+    }
+    if reproduces:
+        columns["run's eval"] = run.logged_eval_return()
+    print()
+    print(f"{_lane_name(run):>6}" + "".join(f"  {name:>10}" for name in columns))
+    for lane in range(run.lanes):
+        print(f"{lane:>6}" + "".join(f"  {values[lane]:>10.1f}" for values in columns.values()))
+    print(f"{'mean':>6}" + "".join(f"  {np.mean(values):>10.1f}" for values in columns.values()))
+    videos = []
+    if args.video:
+        os.makedirs(args.video, exist_ok=True)
+        print()
+        for lane in range(run.lanes):
+            try:
+                frames, episode_return, fps = saved.render_episode(
+                    run, lane, seed=0 if args.seed is None else args.seed, deterministic=not args.sampled
+                )
+            except ValueError as error:  # the env could not draw a frame (e.g. pygame missing)
+                raise UsageError(str(error)) from None
+            files = saved.save_frames(frames, os.path.join(args.video, f"{_lane_name(run)}{lane}"), fps)
+            videos.append({"files": files, "frames": len(frames), "return": episode_return})
+            shown = f"{len(frames)} frames, return {episode_return:g}"
+            print(f"video of {_lane_name(run)} {lane}: {', '.join(files)} ({shown})")
+    if args.json:
+        summary = {
+            "run_dir": run.logdir,
+            "algorithm": run.algorithm,
+            "env_id": run.env_id,
+            "checkpoint_step": run.step,
+            "episodes": episodes,
+            "deterministic": not args.sampled,
+            "keys": "run" if args.seed is None else f"seed {args.seed}",
+            "mean_return": [float(v) for v in columns["return"]],
+            "mean_length": [float(v) for v in columns["length"]],
+            "returns": returns.tolist(),
+            **({"run_eval_return": [float(v) for v in columns["run's eval"]]} if reproduces else {}),
+            **({"videos": videos} if videos else {}),
+        }
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=2)
+    return 0
+
+
+def record_command(args) -> int:
+    import jax
+
+    from jaxrl import data, saved
+
+    if not args.out.endswith(".npz"):
+        raise UsageError(f"--out must end in .npz (a dataset file), got {args.out!r}")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+        raise UsageError(f"--out {args.out!r}: no such directory {os.path.dirname(os.path.abspath(args.out))!r}")
+    for flag, value in (("--steps", args.steps), ("--envs", args.envs)):
+        if value < 1:
+            raise UsageError(f"{flag} must be >= 1, got {value}")
+    if args.steps % args.envs:
+        raise UsageError(f"--steps ({args.steps}) must be a multiple of --envs ({args.envs})")
+    run = _load_run(args)
+    if not 0 <= args.policy_seed < run.lanes:
+        raise UsageError(f"--policy-seed must be in [0, {run.lanes - 1}] (the run's seeds), got {args.policy_seed}")
+    mode = "sampled" if args.sampled else "deterministic"
+    print(_describe_run(run), flush=True)
+    print(
+        f"recording {args.steps:,} transitions of {_lane_name(run)} {args.policy_seed}'s {mode} policy "
+        f"from {args.envs} env(s) (compiling...)",
+        flush=True,
+    )
+    dataset = saved.record(
+        run,
+        jax.random.key(args.seed),
+        args.steps,
+        num_envs=args.envs,
+        lane=args.policy_seed,
+        deterministic=not args.sampled,
+    )
+    data.save_dataset(args.out, dataset)
+    episodes = data.episode_metrics(dataset)
+    finished = int(episodes["episodes"])
+    mean = f", mean return {float(episodes['episode_return']):.1f}" if finished else ""
+    print(f"wrote {args.out}: {dataset.size:,} transitions, {finished} finished episode(s){mean}")
+    env_params = "".join(f" --env-param {k}={json.dumps(v)}" for k, v in run.config.env_kwargs)
+    print(f"clone it: python -m jaxrl train bc --env {run.env_id}{env_params} --set dataset_path={args.out}")
+    return 0
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # Unknown algorithms get our one-line message rather than argparse's choice dump.
-    if len(argv) >= 2 and argv[0] in ("train", "sweep") and not argv[1].startswith("-"):
+    if len(argv) >= 2 and argv[0] in ("train", "sweep", "pbt") and not argv[1].startswith("-"):
         from jaxrl import algorithms
 
         try:
@@ -420,6 +748,12 @@ def main(argv=None) -> int:
             return plot_command(args)
         if args.command == "sweep":
             return sweep_command(args)
+        if args.command == "pbt":
+            return pbt_command(args)
+        if args.command == "evaluate":
+            return evaluate_command(args)
+        if args.command == "record":
+            return record_command(args)
     except UsageError as error:
         print(f"jaxrl: error: {error}", file=sys.stderr)
         return USAGE_ERROR

@@ -67,6 +67,9 @@ class Program(NamedTuple):
         they are data of the compiled program, not constants.
       resumable: False where part of the run's state lives outside the pytree (an env
         stepped on the host): a checkpoint then holds the agent, not the whole run.
+      restart_envs: ``restart_envs(state, key) -> state`` with fresh episodes in every
+        env (reset, the policy's memory cleared), for a resumed run whose host envs
+        could not be saved; None where there is nothing to restart.
     """
 
     init: Callable
@@ -79,6 +82,7 @@ class Program(NamedTuple):
     budget: int = 0
     inputs: Callable = no_inputs
     resumable: bool = True
+    restart_envs: Callable | None = None
 
 
 def iterate(program: Program, state, run_key: jax.Array, start, length: int):

@@ -323,6 +323,7 @@ def program(init: Callable, step: Callable, warmup_step: Callable, evaluate: Cal
         num_reports=config.num_reports,
         budget=config.total_timesteps,
         resumable=not envs.steps_on_host(config.env_id),
+        restart_envs=lambda state, key: rollout.restart(state, *make_env(config), key, config.num_envs),
     )
 
 

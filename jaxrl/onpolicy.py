@@ -338,4 +338,5 @@ def program(init: Callable, step: Callable, config) -> loop.Program:
         num_reports=config.num_reports,
         budget=config.total_timesteps,
         resumable=not envs.steps_on_host(config.env_id),
+        restart_envs=lambda state, key: rollout.restart(state, *make_env(config), key, config.num_envs),
     )

@@ -7,7 +7,7 @@ After each round, inside the same ``lax.scan``, the members are ranked by their 
 state field but its envs, replay buffer and counters: parameters, target networks,
 optimiser state, observation statistics) of a random one of the best ``fraction``
 (exploit) and takes that member's hyper-parameters multiplied by a random factor from
-``factors``, clipped to the bounds (explore).
+``factors``, clipped to the bounds (explore)::
 
     from jaxrl import pbt
     result = pbt.train("ppo", ppo.Config(), {"learning_rate": (1e-4, 3e-3), "ent_coef": (1e-4, 0.05)},
@@ -19,15 +19,15 @@ optimiser state, observation statistics) of a random one of the best ``fraction`
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-import time
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl import loop
+from jaxrl import loop, rundir
 from jaxrl.config import sweep_axes
 from jaxrl.sweep import swept_config
 
@@ -129,8 +129,23 @@ def train(
     factors: tuple[float, ...] = (0.8, 1.25),
     score_metric: str = "episode_return",
     initial: dict | None = None,
+    *,
+    logdir: str | None = None,
+    loggers=None,
+    rounds_per_chunk: int | None = None,
+    checkpoint_every: int | None = None,
+    keep_checkpoints: int = 3,
+    resume: bool = False,
+    progress: bool = False,
 ) -> PBTResult:
-    """Population-based training of ``algorithm`` on ``config`` in one compiled program.
+    """Population-based training of ``algorithm`` on ``config``, vmapped over members.
+
+    By default the whole run is one compiled program. With ``rounds_per_chunk`` (or a
+    ``logdir``, loggers or ``progress``), it runs in chunks of that many rounds through
+    :func:`jaxrl.runner.drive`: one logged row per member and iteration with the
+    hyper-parameters it trained with (``pbt_<field>``), its round's ``pbt_score`` and
+    ``pbt_parent``; checkpoints of the whole population; and ``resume`` continuing an
+    interrupted run exactly as if it had never stopped.
 
     Args:
       bounds: ``{field: (low, high)}`` for each traced field PBT tunes.
@@ -140,35 +155,48 @@ def train(
       initial: ``{field: [P]}`` starting values (default: :func:`initial_hyperparams`).
       fraction / factors / score_metric: see :func:`exploit_and_explore`; a member's
         score is the mean of ``score_metric`` over the round's iterations (NaN ignored).
+      logdir / loggers / checkpoint_every / keep_checkpoints / resume / progress: as
+        :func:`jaxrl.runner.run`'s (``loggers`` default to CSV in ``logdir``;
+        ``checkpoint_every`` counts chunks).
     """
-    from jaxrl import algorithms
+    from jaxrl import algorithms, runner
 
+    name = algorithm if isinstance(algorithm, str) else algorithm.__name__.rsplit(".", 1)[-1]
     module = algorithms.get(algorithm) if isinstance(algorithm, str) else algorithm
     if not isinstance(population, int) or population < 2:
         raise ValueError(f"population must be an int >= 2, got {population!r}")
     if not 0 < fraction <= 0.5:
         raise ValueError(f"fraction must be in (0, 0.5] (the share replaced each round), got {fraction}")
-    for name, bound in bounds.items():
+    for field, bound in bounds.items():
         if len(bound) != 2 or not bound[0] < bound[1]:
-            raise ValueError(f"bounds[{name!r}] must be (low, high) with low < high, got {bound!r}")
-    num_iterations = module.program(config).num_iterations
+            raise ValueError(f"bounds[{field!r}] must be (low, high) with low < high, got {bound!r}")
+    program = module.program(config)
+    num_iterations = program.num_iterations
     if not isinstance(interval, int) or interval < 1 or num_iterations % interval:
         raise ValueError(
             f"interval must be an int >= 1 dividing the run's {num_iterations} iterations, got {interval!r}"
         )
+    rounds = num_iterations // interval
+    chunked = logdir is not None or rounds_per_chunk is not None or bool(loggers) or progress or resume
+    rounds_per_chunk = rounds if rounds_per_chunk is None else rounds_per_chunk
+    if not isinstance(rounds_per_chunk, int) or not 1 <= rounds_per_chunk <= rounds:
+        raise ValueError(
+            f"rounds_per_chunk must be an int in [1, {rounds}] (the run's rounds), got {rounds_per_chunk!r}"
+        )
+    if resume and not program.resumable:
+        raise ValueError(f"{name}'s population cannot be resumed: part of its state lives on the host (a host env)")
     initial = initial_hyperparams(bounds, population, seed) if initial is None else initial
     if set(initial) != set(bounds):
         raise ValueError(f"initial must give the fields of bounds {sorted(bounds)}, got {sorted(initial)}")
-    for name, values in initial.items():
-        low, high = bounds[name]
+    for field, values in initial.items():
+        low, high = bounds[field]
         if np.shape(values) != (population,) or not np.all((low <= np.asarray(values)) & (np.asarray(values) <= high)):
-            raise ValueError(f"initial[{name!r}] must be {population} values within {bounds[name]}")
+            raise ValueError(f"initial[{field!r}] must be {population} values within {bounds[field]}")
     configs = swept_config(config, initial)  # checks the fields are traced and in range
     axes = sweep_axes(configs)
-    start_values = {name: getattr(configs, name) for name in bounds}
-    rounds = num_iterations // interval
+    start_values = {field: getattr(configs, field) for field in bounds}
 
-    def population_run(key, start_values):
+    def population_init(key):
         init_key, run_key, pbt_key = jax.random.split(key, 3)
 
         def member_init(member_key, member_config):
@@ -176,6 +204,11 @@ def train(
 
         states = jax.vmap(member_init, in_axes=(0, axes))(jax.random.split(init_key, population), configs)
         run_keys = jax.random.split(run_key, population)
+        return {"states": states, "values": start_values, "run_keys": run_keys, "pbt_key": pbt_key}
+
+    def run_rounds(tree, start, length):
+        """Iterations ``start .. start + length - 1``, whole rounds: ``(tree, metrics
+        {name: [P, length]})``, the members' own metrics and the ``pbt_*`` columns."""
 
         def one_round(carry, round_index):
             states, values = carry
@@ -185,7 +218,7 @@ def train(
                 program = module.program(member_config)
                 return loop.iterate(program, state, member_key, round_index * interval, interval)
 
-            states, metrics = jax.vmap(member_round, in_axes=(0, 0, axes))(states, run_keys, round_configs)
+            states, metrics = jax.vmap(member_round, in_axes=(0, 0, axes))(states, tree["run_keys"], round_configs)
             if score_metric not in metrics:
                 raise ValueError(
                     f"score_metric {score_metric!r} is not a metric of {module.__name__}; "
@@ -193,7 +226,7 @@ def train(
                 )
             scores = jnp.nanmean(metrics[score_metric], axis=1)
             new_states, new_values, parents = exploit_and_explore(
-                states, values, scores, jax.random.fold_in(pbt_key, round_index), bounds, fraction, factors
+                states, values, scores, jax.random.fold_in(tree["pbt_key"], round_index), bounds, fraction, factors
             )
             last = round_index == rounds - 1  # no exploit after the final round
             new_states, new_values, parents = jax.tree.map(
@@ -201,29 +234,72 @@ def train(
                 (states, values, jnp.arange(population)),
                 (new_states, new_values, parents),
             )
-            return (new_states, new_values), (metrics, values, parents, scores)
+            per_round = {f"pbt_{field}": value for field, value in values.items()}
+            per_round.update(pbt_score=scores, pbt_parent=parents)
+            metrics.update({k: jnp.broadcast_to(v[:, None], (population, interval)) for k, v in per_round.items()})
+            return (new_states, new_values), metrics
 
-        (states, values), (metrics, history, parents, scores) = jax.lax.scan(
-            one_round, (states, start_values), jnp.arange(rounds)
+        first_round = start // interval
+        (states, values), metrics = jax.lax.scan(
+            one_round, (tree["states"], tree["values"]), first_round + jnp.arange(length // interval)
         )
-        # metrics [rounds, P, interval] -> [P, iterations], each row following its member slot
+        # [rounds, P, interval] -> [P, length], each row following its member slot
         metrics = jax.tree.map(lambda m: jnp.moveaxis(m, 1, 0).reshape((population, -1) + m.shape[3:]), metrics)
-        history = {name: jnp.concatenate([history[name], values[name][None]]) for name in history}
-        return states, metrics, history, parents, scores
+        return {**tree, "states": states, "values": values}, metrics
 
-    compiled_start = time.perf_counter()
-    compiled = jax.jit(population_run).lower(jax.random.key(seed), start_values).compile()
-    compile_seconds = time.perf_counter() - compiled_start
-    run_start = time.perf_counter()
-    states, metrics, history, parents, scores = jax.block_until_ready(compiled(jax.random.key(seed), start_values))
-    run_seconds = time.perf_counter() - run_start
-    to_numpy = lambda tree: jax.tree.map(np.asarray, tree)  # noqa: E731
+    jitted = jax.jit(run_rounds, static_argnums=2, donate_argnums=0)
+    compiled = {}
+
+    def chunk(tree, length):
+        if length not in compiled:
+            compiled[length] = jitted.lower(tree, jnp.int32(0), length).compile()
+        return compiled[length]
+
+    driven = runner.Driven(
+        name=name,
+        init=lambda: jax.jit(population_init)(jax.random.key(seed)),
+        chunk=chunk,
+        metric_names=lambda tree, length: jax.eval_shape(functools.partial(run_rounds, length=length), tree, 0)[1],
+        num_iterations=num_iterations,
+        counter=program.counter,
+        budget=program.budget,
+    )
+    meta = rundir.meta(
+        name,
+        config,
+        pbt={
+            "bounds": bounds,
+            "initial": {k: np.asarray(v).tolist() for k, v in initial.items()},
+            "population": population,
+            "interval": interval,
+            "seed": seed,
+            "fraction": fraction,
+            "factors": list(factors),
+            "score_metric": score_metric,
+            "rounds_per_chunk": rounds_per_chunk,
+        },
+    )
+    result = runner.drive(
+        driven,
+        meta=meta,
+        logdir=logdir,
+        loggers=("csv",) if loggers is None and chunked else (loggers or ()),
+        chunk_iterations=rounds_per_chunk * interval,
+        checkpoint_every=checkpoint_every,
+        keep_checkpoints=keep_checkpoints,
+        resume=resume,
+        progress=progress,
+    )
+    member_metrics = {k: v for k, v in result.metrics.items() if not k.startswith("pbt_")}
+    round_ends = np.arange(interval - 1, num_iterations, interval)
+    per_round = {k: np.asarray(v)[:, round_ends].T for k, v in result.metrics.items() if k.startswith("pbt_")}
+    final_values = jax.tree.map(np.asarray, result.state["values"])
     return PBTResult(
-        states,
-        to_numpy(metrics),
-        to_numpy(history),
-        np.asarray(parents),
-        np.asarray(scores),
-        compile_seconds,
-        run_seconds,
+        result.state["states"],
+        member_metrics,
+        {field: np.concatenate([per_round[f"pbt_{field}"], final_values[field][None]]) for field in bounds},
+        per_round["pbt_parent"].astype(np.int64),
+        per_round["pbt_score"],
+        result.compile_seconds,
+        result.run_seconds,
     )

@@ -83,3 +83,12 @@ def episode_metrics(trajectory: Trajectory) -> dict:
         "episode_length": jnp.where(count > 0, mean_length, jnp.nan),
         "episodes": count,
     }
+
+
+def restart(state, env, env_params, key: jax.Array, num_envs: int):
+    """``state`` (an algorithm's, with fields ``obs``, ``env_state`` and ``carry``) with
+    every env reset from ``key`` and the policy's memory cleared: fresh episodes, for a
+    resumed run whose host envs could not be saved."""
+    obs, env_state = reset(env, env_params, key, num_envs)
+    # Every policy's initial memory is zeros (networks.initial_carry).
+    return state.replace(obs=obs, env_state=env_state, carry=jax.tree.map(jnp.zeros_like, state.carry))

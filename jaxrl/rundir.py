@@ -1,6 +1,6 @@
 """A run's directory: ``run.json`` (which run this is), the loggers' files and
 ``checkpoints/``, with the checks that keep a saved run from being overwritten or
-resumed by a different one.
+resumed by a different one. ::
 
     directory = RunDir("runs/ppo", meta, resume=True, checkpoint_every=2)
     restored = directory.restore(template)      # None: nothing to resume
@@ -72,21 +72,24 @@ class RunDir:
         if not holds_run:
             _write_json(run_json, {**meta, "jaxrl_version": _version()})
 
-    def restore(self, template) -> tuple[Any, int, dict | None] | None:
-        """``(tree, iterations, history)`` from the latest checkpoint, shaped like
-        ``template``, or None where there is nothing to resume."""
+    def restore(self, template) -> tuple[Any, int, dict | None, bytes | None] | None:
+        """``(tree, iterations, history, host_envs)`` from the latest checkpoint, shaped
+        like ``template``, or None where there is nothing to resume (``host_envs``: the
+        pickled host envs saved with it, or None)."""
         if not self.resume or self.checkpoints is None or self.checkpoints.latest_step() is None:
             return None
         tree, history, saved = self.checkpoints.restore(template, expect_meta=self.meta)
-        return tree, int(saved["step"]), history
+        return tree, int(saved["step"]), history, self.checkpoints.host_envs(int(saved["step"]))
 
     def wants_checkpoint(self, chunks_run: int, last: bool) -> bool:
         return self.checkpoint_every is not None and (chunks_run % self.checkpoint_every == 0 or last)
 
-    def save(self, iterations: int, tree, history: dict, eval_return: float) -> None:
+    def save(self, iterations: int, tree, history: dict, eval_return: float, host_envs: bytes | None = None) -> None:
         """Checkpoint ``tree`` after ``iterations``; ``eval_return`` ranks it for the
-        best-kept checkpoint."""
-        self.checkpoints.save(iterations, tree, meta=self.meta, history=history, eval_return=eval_return)
+        best-kept checkpoint; ``host_envs``: the pickled host envs ``tree`` refers to."""
+        self.checkpoints.save(
+            iterations, tree, meta=self.meta, history=history, eval_return=eval_return, host_envs=host_envs
+        )
 
     def path(self, name: str) -> str:
         return os.path.join(self.logdir, name)

@@ -6,7 +6,7 @@ checkpoints and early stopping between chunks.
 chunk) and calls it until the run is done. Between chunks it hands the chunk's metrics
 to loggers, saves a checkpoint, and stops when every seed has reached a target.
 Iteration ``i`` draws its randomness from ``fold_in(run_key, i)`` whatever the chunking,
-so a run resumed from a checkpoint continues exactly as the uninterrupted run would.
+so a run resumed from a checkpoint continues exactly as the uninterrupted run would::
 
     from jaxrl import runner
     from jaxrl.algorithms import ppo
@@ -29,9 +29,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -71,6 +72,7 @@ def run(
     *,
     seeds: int = 1,
     seed: int = 0,
+    settings: dict | None = None,
     dataset=None,
     logdir: str | None = None,
     loggers: Sequence = ("csv",),
@@ -87,6 +89,10 @@ def run(
     Args:
       seeds / seed: seed ``i`` trains from ``jax.random.split(jax.random.key(seed),
         seeds)[i]``, so its results equal ``train`` with that key.
+      settings: ``{field: [C] values}`` of traced fields (:func:`jaxrl.sweep.grid`):
+        train every (setting, seed) pair, ``C * seeds`` lanes, lane ``l`` being setting
+        ``l // seeds`` and seed ``l % seeds``; results' leading axis is the lane, and
+        logged rows carry each lane's ``setting`` index and values (``sweep_<field>``).
       dataset: the program's input data, instead of what ``Program.inputs`` reads
         (behaviour cloning's dataset, leaves ``[S, ...]``).
       logdir: directory for ``run.json``, loggers' files and ``checkpoints/``
@@ -102,90 +108,251 @@ def run(
       resume: continue from the latest checkpoint in ``logdir`` if there is one (start
         afresh if there is none). Without it, a ``logdir`` holding a run is an error.
       target: a :class:`jaxrl.metrics.Target` (or a number: the evaluation return to
-        reach); the run stops after the chunk in which every seed reached it.
+        reach); the run stops after the chunk in which every lane reached it.
       progress: show a progress bar of the program's counter (env steps, or gradient
         updates), advanced after each chunk.
     """
+    from jaxrl.sweep import swept_config
+
     name, module = _module(algorithm)
     program = module.program(config)
     inputs = program.inputs() if dataset is None else dataset
-    target = metrics.Target(target) if isinstance(target, (int, float)) else target
-    chunk_iterations = _check_arguments(
-        name, program, dataset, seeds, chunk_iterations, metrics_every, logdir, checkpoint_every, resume
+    chunk_iterations = _check_arguments(name, program, dataset, seeds, chunk_iterations, logdir, checkpoint_every)
+    if resume and not (program.resumable or program.restart_envs):
+        raise ValueError(
+            f"{name}'s run cannot be resumed: part of its state lives on the host (a host env), "
+            f"outside the checkpoint, which holds the agent (params, optimiser) only"
+        )
+    keys = jax.random.split(jax.random.key(seed), seeds)
+    lane_values, columns, run_meta = {}, None, {}
+    if settings is not None:
+        swept = swept_config(config, settings)  # checks the fields and values
+        num_settings = len(next(iter(settings.values())))
+        setting_of_lane = np.repeat(np.arange(num_settings), seeds)
+        lane_values = {field: getattr(swept, field)[setting_of_lane] for field in settings}
+        keys = keys[np.tile(np.arange(seeds), num_settings)]
+        columns = {
+            "setting": setting_of_lane,
+            **{f"sweep_{k}": np.asarray(v)[setting_of_lane] for k, v in settings.items()},
+        }
+        run_meta = {"settings": {k: np.asarray(v).tolist() for k, v in settings.items()}}
+    if not program.resumable:  # host envs: say what a resume does with them
+        run_meta["host_envs"] = HOST_ENVS_ON_RESUME
+    meta = rundir.meta(
+        name,
+        config,
+        seeds=seeds,
+        seed=seed,
+        chunk_iterations=chunk_iterations,
+        metrics_every=metrics_every,
+        **run_meta,
     )
-    loggers = jaxrl_logging.make_loggers(loggers, logdir)
+    programs = _programs(module, config, tuple(lane_values))
+
+    def init():
+        state, run_keys = programs.init(keys, lane_values, inputs)
+        return {"state": state, "run_keys": run_keys}
+
+    def chunk(tree, length):
+        compiled = programs.chunk(tree["state"], tree["run_keys"], lane_values, length)
+
+        def call(tree, start):
+            state, chunk_metrics = compiled(tree["state"], tree["run_keys"], lane_values, start)
+            return {"state": state, "run_keys": tree["run_keys"]}, chunk_metrics
+
+        return call
+
+    def restart_envs(tree, completed):
+        # Keys no iteration uses: iteration i draws from fold_in(run_key, i), i < num_iterations.
+        keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(tree["run_keys"], program.num_iterations + completed)
+        return {**tree, "state": programs.restart_envs(tree["state"], keys)}
+
+    driven = Driven(
+        name=name,
+        init=init,
+        chunk=chunk,
+        metric_names=lambda tree, length: programs.metric_names(tree["state"], tree["run_keys"], lane_values, length),
+        num_iterations=program.num_iterations,
+        counter=program.counter,
+        budget=program.budget,
+        host_envs=not program.resumable,
+        restart_envs=restart_envs if program.restart_envs else None,
+    )
+    result = drive(
+        driven,
+        meta=meta,
+        logdir=logdir,
+        loggers=loggers,
+        chunk_iterations=chunk_iterations,
+        metrics_every=metrics_every,
+        checkpoint_every=checkpoint_every,
+        keep_checkpoints=keep_checkpoints,
+        resume=resume,
+        target=target,
+        progress=progress,
+        columns=columns,
+    )
+    result.state = result.state["state"]
+    return result
+
+
+class Driven(NamedTuple):
+    """A computation the host runs in chunks of iterations (what :func:`drive` needs).
+
+    Attributes:
+      name: what to call it in messages (the algorithm's name).
+      init: ``init() -> tree``, its whole state before the first iteration: the
+        pytree checkpoints hold (and the template a checkpoint is restored into).
+      chunk: ``chunk(tree, length)`` compiles (or fetches) ``length`` iterations:
+        ``call(tree, start) -> (tree, metrics {name: [L, length]})``, ``L`` lanes.
+      metric_names: ``metric_names(tree, length)``, the chunk's metrics, known without
+        compiling (to check a target before training).
+      num_iterations / counter / budget: as :class:`jaxrl.loop.Program`'s.
+      host_envs: ``tree`` holds env states of host envs (the Gymnasium bridge), which
+        checkpoints pickle where they can (:func:`jaxrl.envs.gymnasium.snapshot`).
+      restart_envs: ``restart_envs(tree, completed) -> tree`` with fresh episodes, for
+        a resume whose host envs were not saved (None: such a resume is an error).
+    """
+
+    name: str
+    init: Callable
+    chunk: Callable
+    metric_names: Callable
+    num_iterations: int
+    counter: str
+    budget: int
+    host_envs: bool = False
+    restart_envs: Callable | None = None
+
+
+def drive(
+    driven: Driven,
+    *,
+    meta: dict,
+    logdir: str | None = None,
+    loggers: Sequence = ("csv",),
+    chunk_iterations: int,
+    metrics_every: int = 1,
+    checkpoint_every: int | None = None,
+    keep_checkpoints: int = 3,
+    resume: bool = False,
+    target: float | metrics.Target | None = None,
+    progress: bool = False,
+    columns: dict | None = None,
+) -> RunResult:
+    """Run ``driven`` to its end in chunks of ``chunk_iterations``, with the run
+    directory, loggers, checkpoints, early stop and progress bar of :func:`run` (whose
+    arguments these are). ``columns``: ``{name: [L]}`` values written beside every
+    lane's logged rows (a sweep's settings), not kept in the history. The result's
+    ``state`` is the final ``tree``."""
+    target = metrics.Target(target) if isinstance(target, (int, float)) else target
+    if not isinstance(metrics_every, int) or metrics_every < 1 or chunk_iterations % metrics_every:
+        raise ValueError(
+            f"metrics_every must be an int >= 1 dividing chunk_iterations={chunk_iterations}, got {metrics_every!r}"
+        )
+    if (checkpoint_every is not None or resume) and logdir is None:
+        raise ValueError("checkpoint_every and resume need a logdir to keep checkpoints in")
+    loggers = jaxrl_logging.make_loggers(loggers, logdir, meta=meta)
     directory = None
     if logdir is not None:
-        meta = rundir.meta(
-            name, config, seeds=seeds, seed=seed, chunk_iterations=chunk_iterations, metrics_every=metrics_every
-        )
         directory = rundir.RunDir(
             logdir, meta, resume=resume, checkpoint_every=checkpoint_every, keep_checkpoints=keep_checkpoints
         )
-
     start = time.perf_counter()
-    programs = _programs(module, config)
-    state, run_keys = programs.init(jax.random.split(jax.random.key(seed), seeds), inputs)
-    completed, history = 0, None
-    restored = directory.restore({"state": state, "run_keys": run_keys}) if directory else None
+    tree, completed, history = driven.init(), 0, None
+    restored = directory.restore(tree) if directory else None
     if restored is not None:
-        (state, run_keys), completed, history = (restored[0]["state"], restored[0]["run_keys"]), *restored[1:]
-    counted = bool(history) and program.counter in history
-    done = int(np.max(history[program.counter][:, -1])) if counted else 0
+        tree, completed, history, host_envs = restored
+        tree = _reconnect_host_envs(driven, tree, host_envs, completed)
+    counter = driven.counter
+    counted = bool(history) and counter in history
+    done = int(np.max(history[counter][:, -1])) if counted else 0
     if resume:  # rows logged after the restored point (or all, if none) are written again
         for logger in loggers:
             logger.truncate(completed, done if counted else completed)
-    if target is not None and completed < program.num_iterations:
-        _check_target(name, target, programs.metric_names(state, run_keys, chunk_iterations))
+    if target is not None and completed < driven.num_iterations:
+        _check_target(driven.name, target, driven.metric_names(tree, chunk_iterations))
     compile_seconds, run_seconds = time.perf_counter() - start, 0.0
 
     stopped_early, chunks_run = False, 0
     try:
         with jaxrl_logging.progress_bar(
-            program.budget,
-            disable=not progress,
-            counter=program.counter,
-            initial=done,
-            unit=program.counter.removesuffix("s"),
+            driven.budget, disable=not progress, counter=counter, initial=done, unit=counter.removesuffix("s")
         ) as show_progress:
-            while completed < program.num_iterations and not stopped_early:
-                length = min(chunk_iterations, program.num_iterations - completed)
+            while completed < driven.num_iterations and not stopped_early:
+                length = min(chunk_iterations, driven.num_iterations - completed)
                 start = time.perf_counter()
-                chunk = programs.chunk(state, run_keys, length)
+                chunk = driven.chunk(tree, length)
                 compile_seconds += time.perf_counter() - start
                 start = time.perf_counter()
-                state, chunk_metrics = chunk(state, run_keys, jnp.int32(completed))
+                tree, chunk_metrics = chunk(tree, jnp.int32(completed))
                 rows = _rows(jax.device_get(chunk_metrics), completed, metrics_every)
                 run_seconds += time.perf_counter() - start
                 completed, chunks_run = completed + length, chunks_run + 1
                 history = (
                     rows if history is None else {k: np.concatenate([history[k], v], axis=1) for k, v in rows.items()}
                 )
+                logged = {k: v for k, v in rows.items() if k != "iteration"}
+                lanes_rows = rows["iteration"].shape
+                logged.update(
+                    {k: np.broadcast_to(np.asarray(v)[:, None], lanes_rows) for k, v in (columns or {}).items()}
+                )
                 for logger in loggers:
-                    logger.write(rows["iteration"][0], {k: v for k, v in rows.items() if k != "iteration"})
-                if program.counter in rows:
+                    logger.write(rows["iteration"][0], logged)
+                if counter in rows:
                     show_progress(
                         {
-                            program.counter: rows[program.counter][:, -1],
+                            counter: rows[counter][:, -1],
                             "episode_return": metrics.latest_finite(rows.get("episode_return", [[np.nan]])),
                         }
                     )
                 stopped_early = target is not None and target.reached(history)
                 if directory and directory.wants_checkpoint(
-                    chunks_run, stopped_early or completed >= program.num_iterations
+                    chunks_run, stopped_early or completed >= driven.num_iterations
                 ):
                     latest_eval = metrics.latest_finite(rows.get("eval_return", [[np.nan]]))
-                    directory.save(
-                        completed, {"state": state, "run_keys": run_keys}, history, float(np.mean(latest_eval))
-                    )
+                    directory.save(completed, tree, history, float(np.mean(latest_eval)), _host_snapshot(driven, tree))
     finally:
         for logger in loggers:
             logger.close()
         if directory:
             directory.close()
     history = history or {}
-    iterations = history.pop("iteration", np.zeros((seeds, 0), np.int64))[0]
-    return RunResult(state, history, iterations, completed, stopped_early, compile_seconds, run_seconds)
+    iterations = history.pop("iteration", np.zeros((1, 0), np.int64))[0]
+    return RunResult(tree, history, iterations, completed, stopped_early, compile_seconds, run_seconds)
+
+
+HOST_ENVS_ON_RESUME = (
+    "pickled with each checkpoint and restored on resume where they can be (a sync vector env of picklable "
+    "envs); otherwise restarted with fresh episodes on resume"
+)
+
+
+def _host_snapshot(driven: Driven, tree) -> bytes | None:
+    if not driven.host_envs:
+        return None
+    from jaxrl.envs import gymnasium as bridge
+
+    return bridge.snapshot(tree)
+
+
+def _reconnect_host_envs(driven: Driven, tree, host_envs: bytes | None, completed: int):
+    """A restored ``tree``'s host env states, whose envs lived in the saving process:
+    the pickled envs rebuilt, or fresh episodes (with a warning) where none were saved."""
+    if not driven.host_envs:
+        return tree
+    from jaxrl.envs import gymnasium as bridge
+
+    if host_envs is not None:
+        return bridge.restore(tree, host_envs)
+    if driven.restart_envs is None:
+        raise ValueError(f"{driven.name}'s checkpoint holds no host envs to continue from, and it cannot restart them")
+    warnings.warn(
+        f"{driven.name}: the host envs could not be saved with the checkpoint (an async vector env, or an env "
+        "that cannot be pickled): the resumed run continues with fresh episodes",
+        stacklevel=3,
+    )
+    return driven.restart_envs(tree, completed)
 
 
 def _rows(chunk_metrics: dict, completed: int, every: int) -> dict:
@@ -214,9 +381,7 @@ def _module(algorithm) -> tuple[str, ModuleType]:
     return algorithm.__name__.rsplit(".", 1)[-1], algorithm
 
 
-def _check_arguments(
-    name, program: loop.Program, dataset, seeds, chunk_iterations, metrics_every, logdir, checkpoint_every, resume
-) -> int:
+def _check_arguments(name, program: loop.Program, dataset, seeds, chunk_iterations, logdir, checkpoint_every) -> int:
     """ValueErrors for arguments that cannot work, before anything is written or
     compiled; returns ``chunk_iterations`` (its default filled in)."""
     if dataset is not None and program.inputs is loop.no_inputs:
@@ -228,17 +393,6 @@ def _check_arguments(
     if not isinstance(chunk_iterations, int) or not 1 <= chunk_iterations <= num_iterations:
         raise ValueError(
             f"chunk_iterations must be an int in [1, {num_iterations}] (the run's iterations), got {chunk_iterations!r}"
-        )
-    if not isinstance(metrics_every, int) or metrics_every < 1 or chunk_iterations % metrics_every:
-        raise ValueError(
-            f"metrics_every must be an int >= 1 dividing chunk_iterations={chunk_iterations}, got {metrics_every!r}"
-        )
-    if (checkpoint_every is not None or resume) and logdir is None:
-        raise ValueError("checkpoint_every and resume need a logdir to keep checkpoints in")
-    if resume and not program.resumable:
-        raise ValueError(
-            f"{name}'s run cannot be resumed: part of its state lives on the host (a host env), "
-            f"outside the checkpoint, which holds the agent (params, optimiser) only"
         )
     return chunk_iterations
 
@@ -254,26 +408,32 @@ def _check_target(name: str, target: metrics.Target, metric_names) -> None:
 class _Programs:
     """The runner's compiled programs for one config, shared by every run of it. With
     JAX's persistent cache on, their traces are kept on disk too (:mod:`jaxrl.program_cache`,
-    under ``identity``), so a rerun in a fresh process skips tracing."""
+    under ``identity``), so a rerun in a fresh process skips tracing.
 
-    def __init__(self, program: loop.Program, identity: str | None):
+    ``swept`` names traced fields whose per-lane values (``{field: [L]}``) the programs
+    take as an argument (a sweep's settings); the other fields are ``config``'s."""
+
+    def __init__(self, module: ModuleType, config, swept: tuple[str, ...], identity: str | None):
         # The runner shows progress between chunks: its programs leave out in-program
         # reports, host callbacks that neither JAX's cache nor jaxrl's can keep.
-        program = program._replace(num_reports=0)
+        def lane_program(values: dict) -> loop.Program:
+            return module.program(config.replace(**values) if values else config)._replace(num_reports=0)
 
-        def init_all(keys, inputs):
-            def one(key):
+        def init_all(keys, values, inputs):
+            def one(key, values):
                 init_key, run_key = jax.random.split(key)  # as loop.train splits it
-                return program.init(init_key, inputs), run_key
+                return lane_program(values).init(init_key, inputs), run_key
 
-            return jax.vmap(one)(keys)
+            return jax.vmap(one)(keys, values)
 
-        def chunk(state, run_keys, start, length):
-            return jax.vmap(lambda s, k: loop.iterate(program, s, k, start, length))(state, run_keys)
+        def chunk(state, run_keys, values, start, length):
+            return jax.vmap(lambda s, k, v: loop.iterate(lane_program(v), s, k, start, length))(state, run_keys, values)
 
         self._init = jax.jit(init_all)
-        self._chunk = jax.jit(chunk, static_argnums=3, donate_argnums=0)
-        self._identity = identity
+        # Held here, like the chunks: a host env a program reset lives as long as the program.
+        self._restart_envs = jax.jit(jax.vmap(lambda state, key: lane_program({}).restart_envs(state, key)))
+        self._chunk = jax.jit(chunk, static_argnums=4, donate_argnums=0)
+        self._identity = identity and (f"{identity} swept {swept!r}" if swept else identity)
         self._prepared = {}  # signature -> (outputs' ShapeDtypeStructs, compile)
         self._compiled = {}
 
@@ -294,41 +454,47 @@ class _Programs:
             self._compiled[signature] = compile_program()
         return self._compiled[signature]
 
-    def init(self, keys, inputs):
-        """``(state, run_keys)``, leaves ``[S, ...]``, for keys ``[S]``."""
-        signature, (_, compile_program) = self._prepare("init", self._init, (keys, inputs))
-        return self._executable(signature, compile_program)(keys, inputs)
+    def init(self, keys, values, inputs):
+        """``(state, run_keys)``, leaves ``[L, ...]``, for keys ``[L]`` and swept
+        ``values`` ``{field: [L]}``."""
+        signature, (_, compile_program) = self._prepare("init", self._init, (keys, values, inputs))
+        return self._executable(signature, compile_program)(keys, values, inputs)
 
-    def chunk(self, state, run_keys, length: int):
+    def restart_envs(self, state, keys):
+        """``state`` (leaves ``[L, ...]``) with fresh episodes from ``keys`` ``[L]``
+        (:attr:`jaxrl.loop.Program.restart_envs`)."""
+        return self._restart_envs(state, keys)
+
+    def chunk(self, state, run_keys, values, length: int):
         """The compiled chunk of ``length`` iterations for states shaped like ``state``:
-        ``(state, run_keys, start) -> (state, metrics [S, length])``."""
-        signature, (_, compile_program) = self._prepare_chunk(state, run_keys, length)
+        ``(state, run_keys, values, start) -> (state, metrics [L, length])``."""
+        signature, (_, compile_program) = self._prepare_chunk(state, run_keys, values, length)
         return self._executable(signature, compile_program)
 
-    def metric_names(self, state, run_keys, length: int):
+    def metric_names(self, state, run_keys, values, length: int):
         """The chunk's metrics (traced or loaded, not compiled)."""
-        return self._prepare_chunk(state, run_keys, length)[1][0][1]
+        return self._prepare_chunk(state, run_keys, values, length)[1][0][1]
 
-    def _prepare_chunk(self, state, run_keys, length):
+    def _prepare_chunk(self, state, run_keys, values, length):
         # Abstract inputs: arrays a computation made are committed to their device,
         # which program_cache does not key on.
         template = jax.tree.map(
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=getattr(x, "weak_type", False)),
-            (state, run_keys),
+            (state, run_keys, values),
         )
         return self._prepare("chunk", self._chunk, (*template, jnp.int32(0)), (length,), donate_argnums=(0,))
 
 
 @functools.lru_cache(maxsize=16)
-def _cached_programs(module: ModuleType, config) -> _Programs:
-    return _Programs(module.program(config), _program_identity(module, config))
+def _cached_programs(module: ModuleType, config, swept: tuple[str, ...] = ()) -> _Programs:
+    return _Programs(module, config, swept, _program_identity(module, config))
 
 
-def _programs(module: ModuleType, config) -> _Programs:
+def _programs(module: ModuleType, config, swept: tuple[str, ...] = ()) -> _Programs:
     try:
-        return _cached_programs(module, config)
+        return _cached_programs(module, config, swept)
     except TypeError:  # an unhashable config (e.g. arrays as fields): no sharing, no disk cache
-        return _Programs(module.program(config), None)
+        return _Programs(module, config, swept, None)
 
 
 def _program_identity(module: ModuleType, config) -> str | None:

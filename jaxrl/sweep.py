@@ -1,5 +1,5 @@
 """Sweeps: seeds x hyper-parameter settings of any algorithm as one compiled program,
-and the statistics that summarise them.
+and the statistics that summarise them. ::
 
     from jaxrl import sweep
     from jaxrl.algorithms import ppo
@@ -7,6 +7,8 @@ and the statistics that summarise them.
     settings = sweep.grid(learning_rate=[1e-4, 3e-4, 1e-3], gamma=[0.98, 0.99])   # 6 settings
     result = sweep.run("ppo", ppo.Config(), settings, seeds=8)   # one jit(vmap(train)) over 48 lanes
     result.metrics["eval_return"]                                # [settings, seeds, iterations]
+    # the same in chunks, logged per lane, checkpointed and resumable after a crash:
+    result = sweep.run("ppo", ppo.Config(), settings, seeds=8, logdir="runs/lr-gamma", checkpoint_every=1)
     table = sweep.summarize(result)                              # mean, stderr, IQM, 95% CI per setting
     sweep.best(table)
 
@@ -130,9 +132,29 @@ def swept_config(config, settings: dict):
     return configs
 
 
-def run(algorithm, config, settings: dict, seeds: int = 1, seed: int = 0, mesh=None) -> SweepResult:
-    """Train every (setting, seed) lane in one compiled ``vmap`` of ``train``, the lanes
-    split over the devices of ``mesh``.
+def run(
+    algorithm,
+    config,
+    settings: dict,
+    seeds: int = 1,
+    seed: int = 0,
+    mesh=None,
+    *,
+    logdir: str | None = None,
+    loggers=None,
+    chunk_iterations: int | None = None,
+    checkpoint_every: int | None = None,
+    keep_checkpoints: int = 3,
+    resume: bool = False,
+    progress: bool = False,
+) -> SweepResult:
+    """Train every (setting, seed) lane of ``algorithm`` on ``config``, vmapped.
+
+    By default the whole sweep is one compiled ``vmap`` of ``train``, its lanes split
+    over the devices of ``mesh``. Given a ``logdir`` (or ``chunk_iterations``, loggers
+    or ``progress``), it runs in chunks through :func:`jaxrl.runner.run` instead, on
+    one device: rows logged per lane with its setting, checkpoints, and ``resume``
+    continuing an interrupted sweep exactly as if it had never stopped.
 
     Args:
       algorithm: a name (``"ppo"``) or an algorithm module.
@@ -144,17 +166,46 @@ def run(algorithm, config, settings: dict, seeds: int = 1, seed: int = 0, mesh=N
       mesh: a ``jax.sharding.Mesh`` to split the ``C * seeds`` lanes over (default:
         :func:`jaxrl.distributed.make_mesh`, every device of every process; a lane count
         the devices do not divide is padded, see :func:`jaxrl.distributed.train_lanes`).
+      logdir / loggers / chunk_iterations / checkpoint_every / keep_checkpoints /
+        resume / progress: as :func:`jaxrl.runner.run`'s (``loggers`` default to CSV in
+        ``logdir``).
     """
-    from jaxrl import algorithms, distributed
+    from jaxrl import algorithms, distributed, runner
 
     module = algorithms.get(algorithm) if isinstance(algorithm, str) else algorithm
     if not isinstance(seeds, int) or seeds < 1:
         raise ValueError(f"seeds must be an int >= 1, got {seeds!r}")
-    configs = swept_config(config, settings)
-    keys = jax.random.split(jax.random.key(seed), seeds)
-    output, compile_seconds, run_seconds = distributed.train_lanes(module, keys, configs, mesh)
     swept = {name: np.asarray(values) for name, values in settings.items()}  # as given, not float32
-    return SweepResult(swept, distributed.to_host(output.metrics), output.state, compile_seconds, run_seconds)
+    chunked = logdir is not None or chunk_iterations is not None or bool(loggers) or progress or resume
+    if not chunked:
+        configs = swept_config(config, settings)
+        keys = jax.random.split(jax.random.key(seed), seeds)
+        output, compile_seconds, run_seconds = distributed.train_lanes(module, keys, configs, mesh)
+        return SweepResult(swept, distributed.to_host(output.metrics), output.state, compile_seconds, run_seconds)
+    if mesh is not None:
+        raise ValueError("a chunked sweep (logdir, chunk_iterations, loggers, progress) runs on one device: drop mesh")
+    result = runner.run(
+        module,
+        config,
+        seeds=seeds,
+        seed=seed,
+        settings=settings,
+        logdir=logdir,
+        loggers=("csv",) if loggers is None else loggers,
+        chunk_iterations=chunk_iterations,
+        checkpoint_every=checkpoint_every,
+        keep_checkpoints=keep_checkpoints,
+        resume=resume,
+        progress=progress,
+    )
+    by_setting = lambda leaf: leaf.reshape((-1, seeds) + leaf.shape[1:])  # noqa: E731  [C * S, ...] -> [C, S, ...]
+    return SweepResult(
+        swept,
+        {name: by_setting(values) for name, values in result.metrics.items()},
+        jax.tree.map(by_setting, result.state),
+        result.compile_seconds,
+        result.run_seconds,
+    )
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -230,11 +281,11 @@ def best(rows: list[dict], by: str = "mean") -> dict:
     return max(rows, key=lambda row: -math.inf if math.isnan(row[by]) else row[by])
 
 
-def format_table(rows: list[dict]) -> str:
-    """The summary as aligned text; the best mean is marked with ``*``."""
+def format_table(rows: list[dict], by: str = "mean") -> str:
+    """The rows as aligned text; the row with the highest ``by`` is marked with ``*``."""
     if not rows:
         return ""
-    top = best(rows)
+    top = best(rows, by)
     columns = list(rows[0])
     cells = [[f"{row[c]:.4g}" if isinstance(row[c], float) else str(row[c]) for c in columns] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]

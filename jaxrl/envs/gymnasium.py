@@ -1,4 +1,4 @@
-"""Any Gymnasium environment behind the gymnax API, stepped on the host from compiled code.
+"""Any Gymnasium environment behind the gymnax API, stepped on the host from compiled code. ::
 
     env, env_params = jaxrl.envs.make("gymnasium:Pendulum-v1")
     out = jax.jit(sac.train)(key, sac.Config(env_id="gymnasium:Pendulum-v1"))
@@ -39,7 +39,10 @@ other envs in the process keep working.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
+import os
+import pickle
 import threading
 import weakref
 from typing import Any
@@ -71,6 +74,8 @@ __all__ = [
     "check_id",
     "vector_env",
     "close_all",
+    "snapshot",
+    "restore",
 ]
 
 
@@ -353,6 +358,56 @@ class GymnasiumEnv:
         }
         return obs, state.replace(count=scalars[3]), reward, terminated, truncated, info
 
+    def render_episode(self, policy, seed: int, max_steps: int | None = None) -> tuple[np.ndarray, float, float]:
+        """Play one episode on the host in one Gymnasium env made as this env's sub-envs
+        are, with ``render_mode="rgb_array"``, and keep its frames.
+
+        ``policy(obs [*obs_shape]) -> action`` sees observations as :meth:`reset` /
+        :meth:`step` return them and returns actions as :meth:`step` takes them. The
+        episode starts from ``reset(seed=seed)`` and runs to its end (or ``max_steps``).
+        Returns ``(frames, return, fps)``: uint8 frames ``[T + 1, H, W, 3]`` (the first
+        observation's, then one per step) and the env's ``render_fps`` (30 if it names
+        none). A ``ValueError`` if the env cannot render ``rgb_array`` frames. Sets
+        ``SDL_AUDIODRIVER=dummy`` (and, without a display, ``SDL_VIDEODRIVER=dummy``) in
+        the process's environment unless they are set: pygame would look for a sound
+        card and a display."""
+        # pygame (classic control's renderer) opens a sound device and, where there is
+        # no display, complains about it, unless told not to.
+        os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
+        if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+            os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+        try:
+            env = gymnasium.make(self.env_id, render_mode="rgb_array", **self._host.make_kwargs)
+        except Exception as error:
+            raise ValueError(f"{self.name} cannot render: {type(error).__name__}: {error}") from None
+        try:
+            if "rgb_array" not in env.metadata.get("render_modes", ()):
+                modes = env.metadata.get("render_modes", [])
+                raise ValueError(f"{self.name} cannot render rgb_array frames (its render modes: {modes})")
+            obs, _ = env.reset(seed=int(seed))
+            frames, total, done, steps = [self._frame(env)], 0.0, False, 0
+            while not done and (max_steps is None or steps < max_steps):
+                action = np.asarray(policy(self._host.to_device_obs(obs)[0]))
+                obs, reward, terminated, truncated, _ = env.step(self._host.to_host_actions(action[None])[0])
+                frames.append(self._frame(env))
+                total, done, steps = total + float(reward), bool(terminated or truncated), steps + 1
+            fps = float(env.metadata.get("render_fps") or 30)
+        finally:
+            env.close()
+        return np.stack(frames), total, fps
+
+    def _frame(self, env) -> np.ndarray:
+        try:
+            frame = env.render()
+        except Exception as error:  # e.g. gymnasium.error.DependencyNotInstalled: pygame
+            raise ValueError(f"{self.name} cannot render: {type(error).__name__}: {error}") from None
+        frame = np.asarray(frame)
+        if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[-1] != 3:
+            raise ValueError(
+                f"{self.name} rendered a frame of shape {frame.shape} and dtype {frame.dtype}, not [H, W, 3] uint8"
+            )
+        return frame
+
     def _obs_struct(self):
         return jax.ShapeDtypeStruct(self._host.obs_shape, self._host.obs_dtype)
 
@@ -577,3 +632,62 @@ def close_all() -> None:
         batches = list(_BATCHES.values())
     for batch in batches:
         batch.close()
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+def _is_state(node) -> bool:
+    return isinstance(node, GymnasiumState)
+
+
+def _bridged_states(tree) -> list[GymnasiumState]:
+    return [node for node in jax.tree.leaves(tree, is_leaf=_is_state) if _is_state(node)]
+
+
+def snapshot(tree) -> bytes | None:
+    """The host envs behind every bridged env state in ``tree`` (any pytree, e.g. a
+    training state), pickled: each sync vector env's sub-envs (their physics, episode
+    progress and random generators) and step count. None where ``tree`` holds no bridged
+    state, or where a host env cannot be pickled (an async vector env's sub-envs live in
+    other processes; an env holding a window or a socket)."""
+    states = _bridged_states(tree)
+    if not states:
+        return None
+    handles = sorted({int(h) for state in states for h in np.asarray(state.handle).ravel()})
+    entries = []
+    for handle in handles:
+        batch = _lookup(handle)
+        if batch.host.vectorization_mode != "sync":
+            return None
+        with batch.lock:
+            entries.append((handle, batch.host, batch.num_envs, batch.count, list(batch.vector_env.envs)))
+    try:
+        return pickle.dumps(entries)
+    except Exception:  # noqa: BLE001 - an env that cannot be pickled restarts instead (see runner)
+        return None
+
+
+def restore(tree, blob: bytes):
+    """``tree`` with its bridged env states pointing at host envs rebuilt from
+    :func:`snapshot`'s ``blob`` (taken when ``tree`` was saved): stepping them continues
+    the saved episodes exactly. The rebuilt envs are closed by :func:`close_all` and at
+    exit."""
+    handles = {}
+    for handle, host, num_envs, count, sub_envs in pickle.loads(blob):
+        vector_env = gymnasium.vector.SyncVectorEnv(
+            [functools.partial(lambda env: env, env) for env in sub_envs], autoreset_mode=AutoresetMode.SAME_STEP
+        )
+        batch = _Batch(host, vector_env, num_envs)
+        batch.count = count
+        with _LOCK:
+            _BATCHES[batch.handle] = batch
+        handles[handle] = batch.handle
+
+    def remap(node):
+        if not _is_state(node):
+            return node
+        old = np.asarray(node.handle)
+        return node.replace(handle=jnp.asarray(np.vectorize(handles.__getitem__, otypes=[np.int32])(old)))
+
+    return jax.tree.map(remap, tree, is_leaf=_is_state)

@@ -1,0 +1,255 @@
+"""Sweeps and PBT in chunks: logged per lane with its hyper-parameters, checkpointed, and
+resumed after the process is killed, equal bit for bit to the run that never stopped."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import jax
+import numpy as np
+import pytest
+from interrupt import kill_after_checkpoints
+
+from jaxrl import pbt, sweep
+from jaxrl.algorithms import ppo
+
+# 8 iterations of 64 env steps, 4 chunks of 2.
+SWEEP_CONFIG = ppo.Config(
+    total_timesteps=512,
+    num_envs=4,
+    num_steps=16,
+    hidden_sizes=(16, 16),
+    num_evals=4,
+    num_reports=0,
+    num_minibatches=2,
+    num_epochs=2,
+    normalize_observations=True,
+)
+SETTINGS = {"learning_rate": [3e-4, 3e-3]}
+SEEDS = 2
+# 16 iterations in 4 rounds of 4, one round a chunk.
+PBT_CONFIG = SWEEP_CONFIG.replace(total_timesteps=1024)
+BOUNDS = {"learning_rate": (1e-4, 3e-3), "ent_coef": (1e-4, 0.05)}
+POPULATION, INTERVAL = 4, 4
+
+
+def run_sweep(logdir, resume=False):
+    return sweep.run(
+        "ppo",
+        SWEEP_CONFIG,
+        SETTINGS,
+        seeds=SEEDS,
+        logdir=str(logdir),
+        loggers=("csv", "jsonl"),
+        chunk_iterations=2,
+        checkpoint_every=1,
+        resume=resume,
+    )
+
+
+def run_pbt(logdir, resume=False):
+    return pbt.train(
+        "ppo",
+        PBT_CONFIG,
+        BOUNDS,
+        population=POPULATION,
+        interval=INTERVAL,
+        logdir=str(logdir),
+        loggers=("csv", "jsonl"),
+        rounds_per_chunk=1,
+        checkpoint_every=1,
+        resume=resume,
+    )
+
+
+def leaves(tree):
+    return [
+        np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+        for x in jax.tree.leaves(tree)
+    ]
+
+
+def assert_trees_equal(a, b):
+    for x, y in zip(leaves(a), leaves(b), strict=True):
+        np.testing.assert_array_equal(x, y)
+
+
+@pytest.fixture(scope="module")
+def straight_sweep(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("sweep") / "run"
+    return logdir, run_sweep(logdir)
+
+
+@pytest.fixture(scope="module")
+def straight_pbt(tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("pbt") / "run"
+    return logdir, run_pbt(logdir)
+
+
+def test_a_chunked_sweep_equals_the_one_program_sweep(straight_sweep):
+    _, chunked = straight_sweep
+    fused = sweep.run("ppo", SWEEP_CONFIG, SETTINGS, seeds=SEEDS)
+    assert chunked.metrics["eval_return"].shape == fused.metrics["eval_return"].shape == (2, SEEDS, 8)
+    for name, values in fused.metrics.items():
+        np.testing.assert_allclose(chunked.metrics[name], values, rtol=1e-4, atol=1e-5, err_msg=name)
+    for x, y in zip(leaves(chunked.state.params), leaves(fused.state.params), strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6)
+
+
+def test_sweep_logs_one_row_per_lane_with_its_setting(straight_sweep):
+    logdir, result = straight_sweep
+    with open(logdir / "metrics.csv") as f:
+        rows = [row for row in csv.DictReader(f) if row["seed"] != "mean"]
+    assert len(rows) == 8 * 2 * SEEDS  # iterations x lanes
+    for row in rows:
+        lane = int(row["seed"])
+        setting = lane // SEEDS
+        assert int(row["setting"]) == setting
+        assert float(row["sweep_learning_rate"]) == pytest.approx(SETTINGS["learning_rate"][setting])
+        assert row["learning_rate"]  # PPO's own metric (the annealed rate) is kept beside it
+        logged = row["episode_return"]
+        expected = result.metrics["episode_return"][setting, lane % SEEDS, int(row["iteration"]) - 1]
+        assert (logged == "" and np.isnan(expected)) or float(logged) == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.slow
+def test_a_killed_sweep_resumes_to_the_uninterrupted_sweep(straight_sweep, tmp_path):
+    straight_dir, straight = straight_sweep
+    logdir = tmp_path / "run"
+    kill_after_checkpoints("test_resume_sweeps", f"t.run_sweep({str(logdir)!r})", tmp_path)
+    resumed = run_sweep(logdir, resume=True)
+    for name, values in straight.metrics.items():
+        np.testing.assert_array_equal(resumed.metrics[name], values, err_msg=name)
+    assert_trees_equal(resumed.state, straight.state)
+    for log in ("metrics.csv", "metrics.jsonl"):
+        assert (logdir / log).read_text() == (straight_dir / log).read_text()
+
+
+def test_resuming_a_sweep_with_other_settings_is_a_clear_error(straight_sweep):
+    logdir, _ = straight_sweep
+    with pytest.raises(ValueError, match="from a different run; settings: saved"):
+        sweep.run(
+            "ppo",
+            SWEEP_CONFIG,
+            {"learning_rate": [1e-4, 3e-3]},
+            seeds=SEEDS,
+            logdir=str(logdir),
+            chunk_iterations=2,
+            resume=True,
+        )
+
+
+def test_pbt_in_chunks_logs_each_members_hyperparameters_and_lineage(straight_pbt):
+    logdir, result = straight_pbt
+    rounds = 16 // INTERVAL
+    assert result.parents.shape == result.scores.shape == (rounds, POPULATION)
+    assert result.hyperparams["learning_rate"].shape == (rounds + 1, POPULATION)
+    assert not any(name.startswith("pbt_") for name in result.metrics)
+    np.testing.assert_array_equal(result.parents[-1], np.arange(POPULATION))
+    with open(logdir / "metrics.csv") as f:
+        rows = [row for row in csv.DictReader(f) if row["seed"] != "mean"]
+    assert len(rows) == 16 * POPULATION
+    for row in rows:
+        member, round_index = int(row["seed"]), (int(row["iteration"]) - 1) // INTERVAL
+        for field in BOUNDS:
+            expected = result.hyperparams[field][round_index, member]
+            assert float(row[f"pbt_{field}"]) == pytest.approx(expected, rel=1e-6)
+        assert float(row["pbt_parent"]) == result.parents[round_index, member]
+
+
+@pytest.mark.slow
+def test_a_killed_population_resumes_to_the_uninterrupted_one(straight_pbt, tmp_path):
+    straight_dir, straight = straight_pbt
+    logdir = tmp_path / "run"
+    kill_after_checkpoints("test_resume_sweeps", f"t.run_pbt({str(logdir)!r})", tmp_path)
+    resumed = run_pbt(logdir, resume=True)
+    for name, values in straight.metrics.items():
+        np.testing.assert_array_equal(resumed.metrics[name], values, err_msg=name)
+    for name, values in straight.hyperparams.items():
+        np.testing.assert_array_equal(resumed.hyperparams[name], values, err_msg=name)
+    np.testing.assert_array_equal(resumed.parents, straight.parents)
+    np.testing.assert_array_equal(resumed.scores, straight.scores)
+    assert_trees_equal(resumed.state, straight.state)
+    for log in ("metrics.csv", "metrics.jsonl"):
+        assert (logdir / log).read_text() == (straight_dir / log).read_text()
+
+
+def test_pbt_chunking_errors_are_clear():
+    with pytest.raises(ValueError, match=r"rounds_per_chunk must be an int in \[1, 4\]"):
+        pbt.train("ppo", PBT_CONFIG, BOUNDS, population=POPULATION, interval=INTERVAL, rounds_per_chunk=5)
+    with pytest.raises(ValueError, match="need a logdir"):
+        pbt.train("ppo", PBT_CONFIG, BOUNDS, population=POPULATION, interval=INTERVAL, resume=True)
+
+
+# ----------------------------------------------------------------------------- command line
+
+SMALL = [
+    "--seeds",
+    "2",
+    "--set",
+    "num_envs=4",
+    "--set",
+    "num_steps=16",
+    "--set",
+    "hidden_sizes=16,16",
+    "--set",
+    "num_evals=4",
+    "--set",
+    "num_minibatches=2",
+    "--set",
+    "num_epochs=2",
+    "--set",
+    "normalize_observations=true",
+]
+
+
+def test_cli_sweep_with_a_logdir_runs_in_chunks_and_resumes(tmp_path, capsys):
+    from jaxrl import cli
+
+    logdir = tmp_path / "sweep"
+    command = ["sweep", "ppo", "--total-timesteps", "512", *SMALL, "--grid", "lr=3e-4,3e-3", "--chunks", "4"]
+    command += ["--logdir", str(logdir), "--checkpoint-every", "1", "--loggers", "csv"]
+    assert cli.main(command) == 0
+    first = capsys.readouterr().out
+    assert json.loads((logdir / "run.json").read_text())["settings"] == {"learning_rate": [3e-4, 3e-3]}
+    assert {"setting", "sweep_learning_rate"} <= set((logdir / "metrics.csv").read_text().splitlines()[0].split(","))
+    assert cli.main([*command, "--resume"]) == 0  # finished: the summary again, from the last checkpoint
+    table = lambda out: out[out.index("final eval_return") :]  # noqa: E731
+    assert table(capsys.readouterr().out) == table(first)
+
+
+def test_cli_pbt_trains_a_population_and_logs_its_members(tmp_path, capsys):
+    from jaxrl import cli
+
+    logdir = tmp_path / "pbt"
+    command = ["pbt", "ppo", "--total-timesteps", "1024", *SMALL, "--bounds", "lr=1e-4:3e-3", "--population", "4"]
+    command += ["--interval", "4", "--logdir", str(logdir), "--checkpoint-every", "1", "--out", str(tmp_path / "m.csv")]
+    assert cli.main(command) == 0
+    out = capsys.readouterr().out
+    assert "member learning_rate eval_return last_score lineage" in " ".join(out.split())
+    with open(tmp_path / "m.csv") as f:
+        members = list(csv.DictReader(f))
+    assert [int(m["member"]) for m in members] == [0, 1, 2, 3]
+    for member in members:  # bounds in float32
+        assert 1e-4 * (1 - 1e-6) <= float(member["learning_rate"]) <= 3e-3 * (1 + 1e-6)
+        assert len(member["lineage"].split("-")) == 5  # rounds + 1
+    header = (logdir / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"pbt_learning_rate", "pbt_score", "pbt_parent"} <= set(header)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], "give at least one --bounds field=low:high"),
+        (["--bounds", "lr=abc"], "cannot parse --bounds learning_rate='abc': expected low:high"),
+        (["--bounds", "lr=1e-4:1e-3", "--interval", "7"], "--interval must be an int >= 1 dividing the run's"),
+        (["--bounds", "num_envs=1:8"], "'num_envs' is a static field"),
+        (["--bounds", "lr=1e-4:1e-3", "--resume"], "need a logdir"),
+    ],
+)
+def test_cli_pbt_bad_input_is_one_line_and_exit_status_2(args, message, capsys):
+    from jaxrl import cli
+
+    assert cli.main(["pbt", "ppo", "--total-timesteps", "1024", *SMALL, "--interval", "4", *args]) == 2
+    assert message in capsys.readouterr().err
