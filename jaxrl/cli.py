@@ -605,6 +605,8 @@ def _describe_run(run) -> str:
 
 
 def _lane_name(run) -> str:
+    if run.meta.get("pbt"):
+        return "member"
     return "lane" if run.meta.get("settings") else "seed"  # a sweep's lanes are (setting, seed) pairs
 
 

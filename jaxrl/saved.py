@@ -5,7 +5,7 @@ A run directory written by :func:`jaxrl.runner.run` (``--logdir``) holds ``run.j
 (the algorithm, its config's fields, seeds) and, where it was trained with
 ``checkpoint_every``, ``checkpoints/``. :func:`load` rebuilds the algorithm's Config
 from ``run.json`` and restores a checkpoint's state, leaves ``[lanes, ...]`` (one lane
-per seed, or per setting and seed for a sweep)::
+per seed, per setting and seed for a sweep, per member for :func:`jaxrl.pbt.train`)::
 
     from jaxrl import saved
 
@@ -44,7 +44,8 @@ class SavedRun:
       algorithm / module: the algorithm's name and module.
       config: its Config, rebuilt from ``run.json``.
       meta: ``run.json``'s contents.
-      lanes: the leading axis of ``state``: ``seeds`` (times the settings of a sweep).
+      lanes: the leading axis of ``state``: ``seeds`` (times the settings of a sweep;
+        the members of a population-based training run).
       step: the checkpoint's step, the iterations the run had completed.
       state: the training state at that step, leaves ``[lanes, ...]``.
       run_keys: ``[lanes]`` keys iteration ``i`` drew its keys from (``fold_in(run_key, i)``).
@@ -180,11 +181,22 @@ def load(logdir: str | os.PathLike, checkpoint: str | int = "latest") -> SavedRu
             step = checkpoint
         else:
             raise ValueError(f"checkpoint must be 'latest', 'best' or a step (an int), got {checkpoint!r}")
-        lanes = int(meta.get("seeds", 1)) * _settings(meta)
+        population = meta.get("pbt")  # a population of jaxrl.pbt: its members are the lanes
+        lanes = population["population"] if population else int(meta.get("seeds", 1)) * _settings(meta)
         template = _template(module, config, lanes)
+        if population:  # pbt.train's checkpointed tree, its member states as the runner's lanes
+            values = {field: np.zeros(lanes, np.float32) for field in population["bounds"]}
+            template = {
+                "states": template["state"],
+                "values": values,
+                "run_keys": template["run_keys"],
+                "pbt_key": template["run_keys"][0],
+            }
         expect = rundir.meta(meta["algorithm"], config)
         tree, history, _ = checkpoints.restore(template, step, expect_meta=expect)
-    history = dict(history or {})
+        if population:
+            tree = {"state": tree["states"], "run_keys": tree["run_keys"]}
+    history = {k: v for k, v in (history or {}).items() if not k.startswith("pbt_")}
     return SavedRun(
         logdir=logdir,
         algorithm=meta["algorithm"],

@@ -175,6 +175,18 @@ def test_a_killed_population_resumes_to_the_uninterrupted_one(straight_pbt, tmp_
         assert (logdir / log).read_text() == (straight_dir / log).read_text()
 
 
+@pytest.mark.parametrize("kind", ["sweep", "pbt"])
+def test_evaluate_repeats_the_final_evaluation_of_every_lane_or_member(kind, straight_sweep, straight_pbt):
+    from jaxrl import saved
+
+    logdir, result = straight_sweep if kind == "sweep" else straight_pbt
+    run = saved.load(logdir)
+    assert run.lanes == (2 * SEEDS if kind == "sweep" else POPULATION)
+    evaluated = np.asarray(saved.evaluate(run, run.eval_keys()).returns).mean(axis=1)
+    final = result.metrics["eval_return"][..., -1].reshape(-1)  # [lanes]
+    np.testing.assert_allclose(evaluated, final, rtol=1e-6)
+
+
 def test_pbt_chunking_errors_are_clear():
     with pytest.raises(ValueError, match=r"rounds_per_chunk must be an int in \[1, 4\]"):
         pbt.train("ppo", PBT_CONFIG, BOUNDS, population=POPULATION, interval=INTERVAL, rounds_per_chunk=5)
