@@ -30,6 +30,14 @@ that ends an episode returns the next episode's first observation, the ended epi
 (elsewhere ``final_observation`` is the observation itself), so targets bootstrap through
 time limits exactly as for gymnax envs.
 
+**Checkpoints.** A state's handles mean nothing in another process, so
+:func:`jaxrl.runner.run` saves the host envs beside each checkpoint: :func:`snapshot`
+pickles a sync vector env's sub-envs (their physics, episode progress and random
+generators) and :func:`restore` rebuilds them on resume, so the resumed run continues
+its episodes exactly. An async vector env's sub-envs live in other processes and are
+not pickled: a resume then starts fresh episodes (:attr:`jaxrl.loop.Program.restart_envs`)
+and warns. ``run.json`` records this under ``host_envs``.
+
 **Faults.** An exception inside the Gymnasium env becomes a :class:`GymnasiumEnvError`
 naming the env id, the step and the original error; JAX re-raises it from the compiled
 call as a ``RuntimeError`` carrying that message. The failing vector env is closed;
