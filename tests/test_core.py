@@ -17,6 +17,7 @@ from jaxrl import algorithms, data
 
 JAXRL = pathlib.Path(__file__).parent.parent / "jaxrl"
 TINY = dict(num_envs=2, total_timesteps=64, hidden_sizes=(8,), num_evals=1, eval_episodes=1, num_reports=0)
+SMALL_NET = dict(hidden_sizes=(8,), num_evals=1, eval_episodes=2, num_reports=0)
 OFF_POLICY = dict(TINY, num_steps=1, batch_size=4, buffer_size=32, learning_starts=8)
 
 
@@ -44,6 +45,20 @@ def tiny_config(name: str):
         return module.Config(env_kwargs={"max_steps_in_episode": 16}, **TINY)
     if name == "dqn":
         return module.Config(**OFF_POLICY)
+    if name == "alphazero":
+        return module.Config(
+            num_games=2, num_steps=2, num_simulations=2, total_timesteps=8, batch_size=4, buffer_size=32, **SMALL_NET
+        )
+    if name == "es":
+        return module.Config(
+            population_size=4,
+            hidden_sizes=(8,),
+            env_kwargs={"max_steps_in_episode": 16},
+            total_timesteps=128,
+            num_evals=1,
+            eval_episodes=1,
+            num_reports=0,
+        )
     if name == "bc":
         return module.Config(
             num_updates=4, batch_size=4, hidden_sizes=(8,), num_evals=1, eval_episodes=1, num_reports=0

@@ -8,7 +8,7 @@ import difflib
 import importlib
 from types import ModuleType
 
-ALGORITHMS = ("ppo", "a2c", "reinforce", "impala", "dqn", "ddpg", "td3", "sac", "bc")
+ALGORITHMS = ("ppo", "a2c", "reinforce", "impala", "dqn", "ddpg", "td3", "sac", "bc", "es", "alphazero")
 
 
 def get(name: str) -> ModuleType:
