@@ -433,13 +433,7 @@ def sweep_command(args) -> int:
     _use_compilation_cache(args)
     if not args.grid:
         raise UsageError("give at least one --grid field=v1,v2,...")
-    values = {}
-    for name, text in args.grid:
-        name = ALIASES.get(name, name)
-        try:
-            values[name] = [float(part) for part in text.split(",") if part.strip()]
-        except ValueError:
-            raise UsageError(f"cannot parse --grid {name}={text!r}: expected comma-separated numbers") from None
+    values = _numbers(args.grid, "--grid", ",", "comma-separated numbers")
     try:
         settings = sweep.grid(**values)
         lanes = len(next(iter(settings.values())))
@@ -471,6 +465,22 @@ def sweep_command(args) -> int:
     return 0
 
 
+def _numbers(pairs, option: str, separator: str, expected: str, count: int | None = None) -> dict:
+    """``[(field, "v1<separator>v2..."), ...]`` -> ``{field: (v1, v2, ...)}``, aliases resolved;
+    a UsageError naming ``option`` for text that is not ``count`` (any, if None) numbers."""
+    values = {}
+    for name, text in pairs:
+        name = ALIASES.get(name, name)
+        try:
+            numbers = tuple(float(part) for part in text.split(separator) if part.strip())
+            if count is not None and len(numbers) != count:
+                raise ValueError
+        except ValueError:
+            raise UsageError(f"cannot parse {option} {name}={text!r}: expected {expected}") from None
+        values[name] = numbers
+    return values
+
+
 def pbt_command(args) -> int:
     from jaxrl import algorithms, metrics, pbt, sweep
 
@@ -479,14 +489,7 @@ def pbt_command(args) -> int:
     _use_compilation_cache(args)
     if not args.bounds:
         raise UsageError("give at least one --bounds field=low:high")
-    bounds = {}
-    for name, text in args.bounds:
-        name = ALIASES.get(name, name)
-        try:
-            low, high = (float(part) for part in text.split(":"))
-        except ValueError:
-            raise UsageError(f"cannot parse --bounds {name}={text!r}: expected low:high") from None
-        bounds[name] = (low, high)
+    bounds = _numbers(args.bounds, "--bounds", ":", "low:high", count=2)
     try:
         num_iterations = module.program(config).num_iterations
         if args.interval < 1 or num_iterations % args.interval:

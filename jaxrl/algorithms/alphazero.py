@@ -93,8 +93,8 @@ class Config:
     """AlphaZero settings. Static fields fix the program; ``learning_rate``,
     ``weight_decay``, ``value_coef`` and ``random_move_prob`` can be traced and vmapped.
 
-    The defaults beat a uniformly random player at connect four in at least 95% of
-    games (with 16-simulation search) after their 102,400 moves (tests/test_alphazero.py).
+    The defaults are the connect-four settings tests/test_alphazero.py trains and checks
+    against a uniformly random player.
     ``random_move_prob`` explores: without it self-play settles into a few games and
     the agent never meets the positions a weaker opponent reaches.
 

@@ -420,8 +420,8 @@ def program(config: Config) -> loop.Program:
         num_evals=config.num_evals,
         num_reports=config.num_reports,
         budget=config.total_timesteps,
-        # Every generation starts fresh episodes: no env state outlives a step.
-        resumable=not envs.steps_on_host(config.env_id),
+        # Every generation starts fresh episodes: no env state outlives a step, host env or not.
+        resumable=True,
     )
 
 
