@@ -1,5 +1,6 @@
 import jax
 import pytest
+from jax.experimental.compilation_cache import compilation_cache
 
 
 def pytest_collection_modifyitems(items):
@@ -9,10 +10,22 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _private_compilation_cache_dir(tmp_path_factory):
+    """A CLI test without ``--no-cache`` caches into a directory of this worker's own,
+    never the user's ``~/.cache/jaxrl`` shared with the other worker."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("JAXRL_CACHE_DIR", str(tmp_path_factory.mktemp("xla-cache")))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def _restore_compilation_cache_dir():
-    """``python -m jaxrl train`` sets JAX's persistent cache directory for its process;
-    a test that calls the CLI in-process must not leave it set for the tests after it."""
+    """``python -m jaxrl train`` turns JAX's persistent cache on for its process; a test
+    that calls the CLI in-process must not leave it on for the tests after it. JAX keeps
+    using a cache it has opened whatever the setting says later, so it is reset too."""
     before = jax.config.jax_compilation_cache_dir
     yield
-    jax.config.update("jax_compilation_cache_dir", before)
+    if jax.config.jax_compilation_cache_dir != before:
+        jax.config.update("jax_compilation_cache_dir", before)
+        compilation_cache.reset_cache()
