@@ -40,7 +40,7 @@ SCRIPTS = {
     "gymnasium_bridge": ([], ["--quick"], False),
 }
 # one-off measurements written by hand (command beside each table), appended as they are
-HAND_WRITTEN = ("investigations/core_cleanup.md", "investigations/memory.md")
+HAND_WRITTEN = ("investigations/core_cleanup.md", "investigations/memory.md", "investigations/es_alphazero.md")
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "gymnax", "numpy", "rejax", "flashbax", "gymnasium")
 
 

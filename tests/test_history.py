@@ -274,6 +274,7 @@ class Tiny(environment.Environment):
 def registry(monkeypatch):
     """A private copy of the id registry, so ids registered by a test do not outlive it."""
     monkeypatch.setattr(envs, "_REGISTRY", dict(envs._REGISTRY))
+    monkeypatch.setattr(envs, "_PREFIXES", dict(envs._PREFIXES))
 
 
 def test_register_a_users_env_trains(registry):
@@ -311,6 +312,39 @@ def test_register_errors(registry):
         envs.make("jaxrl_test/Tiny-v1")
     with pytest.raises(ValueError, match="Did you mean 'MaskedCartPole-v1'"):
         envs.check_env_id("MaskedCartPol-v1")
+
+
+def test_register_a_prefix_for_a_whole_suite(registry):
+    """``"tiny:<n>"``: the factory gets the name after the prefix; ``check`` refuses
+    unknown names before any env is built; an algorithm config takes the ids."""
+    built = []
+
+    def factory(name, **overrides):
+        built.append(name)
+        return Tiny(), TinyParams(**overrides)
+
+    def check(name):
+        if name not in ("a", "b"):
+            raise ValueError(f"no tiny env {name!r}")
+
+    envs.register("tiny:", factory, check=check)
+    assert "tiny:" in envs.registered_prefixes()
+    env, params = envs.make("tiny:b", max_steps_in_episode=5)
+    assert isinstance(env, Tiny) and params.max_steps_in_episode == 5 and built == ["b"]
+    with pytest.raises(ValueError, match="no tiny env 'c'"):
+        envs.make("tiny:c")
+    assert built == ["b"]  # refused by check, never built
+    assert ppo.Config(env_id="tiny:a", num_steps=8, **TINY).env_id == "tiny:a"
+    with pytest.raises(ValueError, match="already registered"):
+        envs.register("tiny:", factory)
+    envs.register("tiny:", factory, replace=True)  # check dropped: the factory decides
+    envs.make("tiny:anything")
+    with pytest.raises(ValueError, match="belong to that registered prefix"):
+        envs.register("tiny:x", lambda **overrides: (Tiny(), TinyParams()))
+    with pytest.raises(ValueError, match="check applies to prefixes"):
+        envs.register("jaxrl_test/Tiny-v0", lambda **overrides: (Tiny(), TinyParams()), check=check)
+    with pytest.raises(ValueError, match="unknown env prefix 'nope:'.*'tiny:'"):
+        envs.make("nope:a")
 
 
 # ----------------------------------------------------------------------------- through algorithms and the CLI

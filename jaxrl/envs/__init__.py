@@ -1,6 +1,7 @@
 """Environments: ``make`` for every gymnax id, every id registered with :func:`register`
-(such as the partially observed tasks of :mod:`jaxrl.envs.partial`) and every Gymnasium
-id (``"gymnasium:<id>"``, stepped on the host: see :mod:`jaxrl.envs.gymnasium`),
+(such as the partially observed tasks of :mod:`jaxrl.envs.partial`), and every id under
+a registered prefix: ``"gymnasium:<id>"`` (stepped on the host: see
+:mod:`jaxrl.envs.gymnasium`), ``"pgx:<game>"`` (:mod:`jaxrl.envs.pgx`) and a user's own;
 ``EnvSpec``, and pure wrappers.
 
 The env API is gymnax >= 1.0: ``reset(key, params) -> (obs, state)`` and
@@ -13,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import importlib
 import numbers
 from collections.abc import Callable
 
@@ -40,6 +42,7 @@ __all__ = [
     "spec",
     "config_spec",
     "registered_ids",
+    "registered_prefixes",
     "check_env_id",
     "steps_on_host",
     "ClipAction",
@@ -57,36 +60,70 @@ __all__ = [
 
 
 GYMNASIUM_PREFIX = "gymnasium:"
+PGX_PREFIX = "pgx:"
 
 # Ids registered with ``register``: id -> factory(**overrides) -> (env, env_params).
 _REGISTRY: dict[str, Callable] = {}
+# Prefixes registered with ``register``: prefix -> (factory(name, **overrides), check(name)).
+_PREFIXES: dict[str, tuple[Callable, Callable | None]] = {}
 
 
-def register(env_id: str, factory: Callable, replace: bool = False) -> None:
-    """Make ``env_id`` known to :func:`make`: ``make(env_id, **overrides)`` then returns
-    ``factory(**overrides)``, which must be ``(env, env_params)`` for a gymnax-API env.
+def register(id_or_prefix: str, factory: Callable, replace: bool = False, check: Callable | None = None) -> None:
+    """Make an env id, or a family of ids, known to :func:`make`.
 
-    An id that already exists (a gymnax id or a registered one) is a ``ValueError``
-    unless ``replace``; a registered id shadows the gymnax id of the same name.
-    ``make``'s history arguments (:data:`HISTORY_KWARGS`) never reach ``factory``.
+    An id: ``make(env_id, **overrides)`` then returns ``factory(**overrides)``, which
+    must be ``(env, env_params)`` for a gymnax-API env. A prefix (ending in ``":"``, such
+    as ``"mysuite:"``): ``make("mysuite:<name>", **overrides)`` returns
+    ``factory(name, **overrides)``, and ``check(name)``, if given, raises ``ValueError``
+    for a name the suite does not know (so :func:`check_env_id` can refuse it without
+    building an env).
+
+    An id or prefix that already exists (a gymnax id, a registered one, a built-in
+    prefix) is a ``ValueError`` unless ``replace``; a registered id shadows the gymnax id
+    of the same name. ``make``'s history arguments (:data:`HISTORY_KWARGS`) never reach
+    ``factory``.
     """
-    if not isinstance(env_id, str) or not env_id:
-        raise TypeError(f"env_id must be a non-empty string, got {env_id!r}")
-    if env_id.startswith(GYMNASIUM_PREFIX):
-        raise ValueError(
-            f"env ids starting with {GYMNASIUM_PREFIX!r} name Gymnasium envs; register {env_id!r} without it"
-        )
+    if not isinstance(id_or_prefix, str) or not id_or_prefix or id_or_prefix == ":":
+        raise TypeError(f"id_or_prefix must be a non-empty string, got {id_or_prefix!r}")
     if not callable(factory):
-        raise TypeError(f"factory must be callable as factory(**overrides) -> (env, env_params), got {factory!r}")
-    if not replace and (env_id in _REGISTRY or env_id in gymnax.registered_envs):
-        raise ValueError(f"env id {env_id!r} is already registered; pass replace=True to replace it")
-    _REGISTRY[env_id] = factory
+        raise TypeError(
+            "factory must be callable (an id's factory(**overrides), a prefix's factory(name, **overrides)), "
+            f"got {factory!r}"
+        )
+    if check is not None and not callable(check):
+        raise TypeError(f"check must be callable as check(name) or None, got {check!r}")
+    if id_or_prefix.endswith(":"):
+        if not replace and id_or_prefix in _PREFIXES:
+            raise ValueError(f"env prefix {id_or_prefix!r} is already registered; pass replace=True to replace it")
+        _PREFIXES[id_or_prefix] = (factory, check)
+        return
+    if check is not None:
+        raise ValueError(f"check applies to prefixes (ending in ':'), not to the id {id_or_prefix!r}")
+    prefix = _prefix_of(id_or_prefix)
+    if prefix is not None:
+        raise ValueError(
+            f"env ids starting with {prefix!r} belong to that registered prefix; register {id_or_prefix!r} without it"
+        )
+    if not replace and (id_or_prefix in _REGISTRY or id_or_prefix in gymnax.registered_envs):
+        raise ValueError(f"env id {id_or_prefix!r} is already registered; pass replace=True to replace it")
+    _REGISTRY[id_or_prefix] = factory
+
+
+def _prefix_of(env_id: str) -> str | None:
+    """The registered prefix ``env_id`` starts with (the longest), or None."""
+    matches = [prefix for prefix in _PREFIXES if env_id.startswith(prefix)]
+    return max(matches, key=len) if matches else None
 
 
 def registered_ids() -> list[str]:
-    """Every env id ``make`` accepts except ``"gymnasium:<id>"``: registered ids first,
-    then gymnax ids."""
+    """Every single env id ``make`` accepts: registered ids first, then gymnax ids.
+    Families of ids under a prefix are listed by :func:`registered_prefixes`."""
     return list(_REGISTRY) + [env_id for env_id in gymnax.registered_envs if env_id not in _REGISTRY]
+
+
+def registered_prefixes() -> list[str]:
+    """The registered prefixes (``"gymnasium:"``, ``"pgx:"``, and any of a user's)."""
+    return list(_PREFIXES)
 
 
 def steps_on_host(env_id: str) -> bool:
@@ -94,23 +131,27 @@ def steps_on_host(env_id: str) -> bool:
     return env_id.startswith(GYMNASIUM_PREFIX)
 
 
-def _gymnasium_bridge():
-    # Imported on demand: Gymnasium is an optional dependency.
-    from jaxrl.envs import gymnasium as bridge
-
-    return bridge
-
-
 def check_env_id(env_id: str) -> None:
     """Raise ``ValueError`` (with close matches) unless ``env_id`` is known: a registered
-    id, a gymnax id, or ``"gymnasium:<id>"`` for any id Gymnasium knows."""
+    id, a gymnax id, or ``"<prefix><name>"`` for a registered prefix whose ``check``
+    accepts ``name`` (``"gymnasium:<id>"`` for any id Gymnasium knows)."""
     if not isinstance(env_id, str):
         raise TypeError(f"env_id must be a string, got {env_id!r}")
-    if env_id.startswith(GYMNASIUM_PREFIX):
-        _gymnasium_bridge().check_id(env_id[len(GYMNASIUM_PREFIX) :])
+    if env_id in _REGISTRY:
+        return
+    prefix = _prefix_of(env_id)
+    if prefix is not None:
+        check = _PREFIXES[prefix][1]
+        if check is not None:
+            check(env_id[len(prefix) :])
         return
     ids = registered_ids()
     if env_id not in ids:
+        if ":" in env_id:
+            known = ", ".join(repr(p) for p in registered_prefixes())
+            raise ValueError(
+                f"unknown env prefix {env_id[: env_id.index(':') + 1]!r} in {env_id!r}; known prefixes: {known}"
+            )
         close = difflib.get_close_matches(env_id, ids, n=3, cutoff=0.4)
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         raise ValueError(f"unknown env_id {env_id!r}.{hint} Known ids: {', '.join(ids)}")
@@ -139,8 +180,10 @@ def make(env_id: str, **env_param_overrides):
     CartPole (time-limit override). Returns ``(env, env_params)``.
 
     ``make("gymnasium:<id>", **kwargs)`` gives any Gymnasium env with the same API,
-    ``kwargs`` going to ``gymnasium.make`` (see :func:`jaxrl.envs.gymnasium.make`); an id
-    given to :func:`register` gets ``kwargs`` in its factory.
+    ``kwargs`` going to ``gymnasium.make`` (see :func:`jaxrl.envs.gymnasium.make`);
+    ``make("pgx:<game>")`` a pgx board game against a random opponent
+    (:mod:`jaxrl.envs.pgx`); an id or prefix given to :func:`register` gets ``kwargs``
+    in its factory.
 
     For every env, the history arguments ``frame_stack`` (an int >= 1), ``stack_action``
     and ``stack_reward`` (bools) are taken out of ``kwargs`` and wrap the env in
@@ -149,8 +192,9 @@ def make(env_id: str, **env_param_overrides):
     """
     check_env_id(env_id)
     history = _pop_history_kwargs(env_param_overrides)
-    if env_id.startswith(GYMNASIUM_PREFIX):
-        env, params = _gymnasium_bridge().make(env_id[len(GYMNASIUM_PREFIX) :], **env_param_overrides)
+    prefix = None if env_id in _REGISTRY else _prefix_of(env_id)
+    if prefix is not None:
+        env, params = _PREFIXES[prefix][0](env_id[len(prefix) :], **env_param_overrides)
     elif env_id in _REGISTRY:
         env, params = _REGISTRY[env_id](**env_param_overrides)
     else:
@@ -227,6 +271,23 @@ def config_spec(config) -> EnvSpec:
     """The :class:`EnvSpec` of an algorithm config's ``env_id`` / ``env_kwargs`` (cached)."""
     return _cached_spec(config.env_id, config.env_kwargs)
 
+
+# The built-in prefixes: ``"<suite>:"`` is served by the adapter module
+# ``jaxrl.envs.<suite>`` (its ``make(name, **overrides)`` and ``check(name)``), imported
+# when first used, as each suite is an optional dependency.
+def register_adapter(suite: str) -> None:
+    """Register the prefix ``"<suite>:"`` for the adapter module ``jaxrl.envs.<suite>``."""
+
+    def adapter():
+        return importlib.import_module(f"jaxrl.envs.{suite}")
+
+    register(
+        f"{suite}:", lambda name, **kwargs: adapter().make(name, **kwargs), check=lambda name: adapter().check(name)
+    )
+
+
+for _suite in ("gymnasium", "pgx"):
+    register_adapter(_suite)
 
 # Last: the partially observed tasks register themselves with ``register`` above.
 from jaxrl.envs.partial import FrameStack, MaskObservation  # noqa: E402

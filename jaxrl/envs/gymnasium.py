@@ -79,7 +79,7 @@ __all__ = [
     "GymnasiumState",
     "GymnasiumEnvError",
     "make",
-    "check_id",
+    "check",
     "vector_env",
     "close_all",
     "snapshot",
@@ -166,7 +166,7 @@ def action_space(space, env_id: str):
 # ----------------------------------------------------------------------------- ids and make
 
 
-def check_id(env_id: str) -> None:
+def check(env_id: str) -> None:
     """Raise ``ValueError`` unless Gymnasium knows ``env_id`` (given without the prefix;
     ``"module:Id"`` imports ``module`` first, as ``gymnasium.make`` does)."""
     try:
@@ -257,7 +257,7 @@ def make(env_id: str, vectorization_mode: str = "sync", **make_kwargs):
         is accepted for ``max_episode_steps``.
     There is no ``num_envs``: each reset makes one sub-env per vmapped lane.
     """
-    check_id(env_id)
+    check(env_id)
     if vectorization_mode not in VECTORIZATION_MODES:
         raise ValueError(f"vectorization_mode must be one of {list(VECTORIZATION_MODES)}, got {vectorization_mode!r}")
     if "num_envs" in make_kwargs:
