@@ -283,18 +283,45 @@ CARTPOLE = es.Config(
     eval_episodes=10,
     num_reports=0,
 )
-# Pendulum-v1: SNES (evosax), 200 generations of 32 members, four episodes each (5.12M
-# env steps), a small network and a wide initial search (sigma 1). OpenAI-ES with these
-# settings (learning_rate 0.3) reaches -250 in 2 of 4 seeds, also in 400 generations;
-# the others stay on the -600 .. -800 plateau of a pendulum that never swings up.
-PENDULUM = es.Config(
+# Pendulum-v1 (time limit 200), solved at a mean evaluation return >= -250 (16 episodes).
+# Both configs were found by vmapping es.train over seeds x the traced sigma, learning_rate
+# and weight_decay (one compile per static setting, 4 episodes per member), then checked
+# on more seeds: 4 keys each from jax.random.key(0), key(1) and key(2) (OpenAI-ES only),
+# 8 from key(5) and 8 from key(7) (OpenAI-ES only).
+#
+# OpenAI-ES: 200 generations of 64 members, four episodes each (10.24M env steps), a wide
+# search (sigma 1) and Adam's learning_rate 1 (weight decay left at 0.005). Searched over
+# observation normalisation on / off, sigma 0.1 .. 2, learning_rate 0.1 .. 2 and weight
+# decay 0 / 0.005 at hidden (16,). It solved 27 of 28 seeds (weight decay 0: 26 of 28);
+# learning_rate 0.3 solved 15 of 20, learning_rate 2 11 of 16, sigma 0.3 (learning_rate
+# 0.3 or 1) 13 of 24, and one episode per member (100 generations, learning_rate <= 0.3)
+# none of 36 runs: the rest stay on the -600 .. -800 plateau of a pendulum that never
+# swings up.
+PENDULUM_OPENAI_ES = es.Config(
+    env_id="Pendulum-v1",
+    population_size=64,
+    episodes_per_member=4,
+    hidden_sizes=(16,),
+    total_timesteps=64 * 4 * 200 * 200,
+    sigma=1.0,
+    learning_rate=1.0,
+    num_evals=4,
+    eval_episodes=16,
+    num_reports=0,
+)
+# SNES (evosax): 200 generations of 64 members, four episodes each (10.24M env steps), a
+# small network and a wide initial search (sigma 2). Searched over population 32 / 64 and
+# sigma 0.5 .. 3 at hidden (8,). It solved 16 of 16 seeds (sigma 1: 6 of 8, sigma 0.5: 2 of
+# 8); population 32 with sigma 2 or 3 solved 15 of 16, with sigma 1 (this test's earlier
+# setting) 3 of 4.
+PENDULUM_SNES = es.Config(
     env_id="Pendulum-v1",
     strategy="snes",
-    population_size=32,
+    population_size=64,
     episodes_per_member=4,
     hidden_sizes=(8,),
-    total_timesteps=32 * 4 * 200 * 200,
-    sigma=1.0,
+    total_timesteps=64 * 4 * 200 * 200,
+    sigma=2.0,
     num_evals=4,
     eval_episodes=16,
     num_reports=0,
@@ -314,7 +341,13 @@ def test_openai_es_solves_cartpole():
 
 
 @pytest.mark.slow
+def test_openai_es_solves_pendulum():
+    returns = final_eval_returns(PENDULUM_OPENAI_ES)
+    assert np.sum(returns >= -250) >= 3, returns
+
+
+@pytest.mark.slow
 def test_snes_solves_pendulum():
     pytest.importorskip("evosax")
-    returns = final_eval_returns(PENDULUM)
+    returns = final_eval_returns(PENDULUM_SNES)
     assert np.sum(returns >= -250) >= 3, returns
