@@ -53,9 +53,9 @@ def require_choice(config, field: str, choices) -> None:
         raise ValueError(f"{field} must be one of {sorted(choices)}, got {value!r}")
 
 
-def require_network(config, obs_shape: tuple) -> None:
+def require_network(config, obs_ndim: int | tuple) -> None:
     """Check the ``network`` / ``hidden_sizes`` / ``activation`` fields an algorithm's
-    networks are built from, against the env's observation shape."""
+    networks are built from, against the env's observation dims (``EnvSpec.obs_ndim``)."""
     from jaxrl.networks import ACTIVATIONS
 
     sizes = config.hidden_sizes
@@ -63,8 +63,8 @@ def require_network(config, obs_shape: tuple) -> None:
         raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {sizes!r}")
     require_choice(config, "activation", ACTIVATIONS)
     require_choice(config, "network", ("mlp", "cnn"))
-    if config.network == "cnn" and len(obs_shape) != 3:
-        raise ValueError(f"network='cnn' needs image observations, {config.env_id} has shape {obs_shape}")
+    if config.network == "cnn" and 3 not in ((obs_ndim,) if isinstance(obs_ndim, int) else obs_ndim):
+        raise ValueError(f"network='cnn' needs image observations [H, W, C], {config.env_id}'s have {obs_ndim} dims")
 
 
 def require_range(config, field: str, low: float, high: float, low_open: bool = False, high_open: bool = False) -> None:

@@ -121,6 +121,8 @@ def collect_dataset(
         raise ValueError(f"num_steps ({num_steps}) must be a multiple of num_envs ({num_envs})")
     env, env_params = envs.make(env_id, **dict(env_kwargs or {}))
     spec = envs.spec(env, env_params)
+    if spec.structured:
+        raise ValueError(f"datasets hold array observations; {env_id} gives structured ones (dicts / tuples)")
     env = envs.EpisodeStatistics(env)
     steps_per_env = num_steps // num_envs
 

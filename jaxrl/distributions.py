@@ -15,6 +15,13 @@ from flax import struct
 _LOG_2PI = math.log(2.0 * math.pi)
 
 
+def mask_actions(scores: jax.Array, mask: jax.Array) -> jax.Array:
+    """``scores [..., K]`` (logits or Q-values) with the actions where ``mask [..., K]``
+    is False at the lowest float: as logits, probability exactly 0 (and no NaN in
+    entropies or gradients); never an argmax while any action is allowed."""
+    return jnp.where(mask, scores, jnp.finfo(scores.dtype).min)
+
+
 @struct.dataclass
 class Categorical:
     """Categorical over the last axis of ``logits [..., K]``; samples are int32 ``[...]``."""

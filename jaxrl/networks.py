@@ -53,17 +53,36 @@ def orthogonal(scale: float = np.sqrt(2.0)):
     return init
 
 
+def leading_shape(obs, obs_ndim: int | tuple) -> tuple:
+    """The batch dims ``[...]`` in front of an observation (an array, or a pytree whose
+    leaves have ``obs_ndim`` trailing observation dims each, in ``jax.tree.leaves`` order)."""
+    leaf, ndim = (obs, obs_ndim) if isinstance(obs_ndim, int) else (jax.tree.leaves(obs)[0], obs_ndim[0])
+    return leaf.shape[: leaf.ndim - ndim]
+
+
+def flatten_observation(obs, obs_ndim: int | tuple) -> jax.Array:
+    """An observation as float32 features ``[..., D]``: an array's trailing ``obs_ndim``
+    dims flattened, or each leaf of a pytree flattened and concatenated in leaf order."""
+    if isinstance(obs_ndim, int):
+        leaves, ndims = [obs], [obs_ndim]
+    else:
+        leaves, ndims = jax.tree.leaves(obs), obs_ndim
+    parts = [x.reshape(x.shape[: x.ndim - n] + (-1,)).astype(jnp.float32) for x, n in zip(leaves, ndims, strict=True)]
+    return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=-1)
+
+
 class MLP(nn.Module):
-    """Dense layers ``hidden_sizes`` with ``activation``; input ``[..., D]`` (trailing
-    observation dims are flattened), output ``[..., hidden_sizes[-1]]``."""
+    """Dense layers ``hidden_sizes`` with ``activation``; input ``[..., D]``, or any
+    observation :func:`flatten_observation` takes (``obs_ndim`` trailing dims, per leaf
+    for a pytree), output ``[..., hidden_sizes[-1]]``."""
 
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
-    obs_ndim: int = 1  # number of trailing observation dims to flatten
+    obs_ndim: int | tuple = 1  # trailing observation dims to flatten (a tuple: one per leaf)
 
     @nn.compact
     def __call__(self, x):
-        x = x.reshape(x.shape[: x.ndim - self.obs_ndim] + (-1,)).astype(jnp.float32)
+        x = flatten_observation(x, self.obs_ndim)
         act = activation_fn(self.activation)
         for size in self.hidden_sizes:
             x = act(nn.Dense(size, kernel_init=orthogonal(), bias_init=nn.initializers.zeros)(x))
@@ -72,29 +91,36 @@ class MLP(nn.Module):
 
 class MinAtarCNN(nn.Module):
     """The MinAtar torso (Young & Tian, 2019): one 3x3 conv with 16 channels then dense
-    layers. Input ``[..., 10, 10, C]``, output ``[..., hidden_sizes[-1]]``."""
+    layers. Input ``[..., H, W, C]``, or a pytree whose image leaves (3 observation dims)
+    each get their own conv and whose other leaves are flattened beside them (``obs_ndim``
+    a tuple, one per leaf); output ``[..., hidden_sizes[-1]]``."""
 
     hidden_sizes: Sequence[int] = (128,)
     activation: str = "relu"
-    obs_ndim: int = 3
+    obs_ndim: int | tuple = 3
 
     @nn.compact
-    def __call__(self, x):
-        batch_shape = x.shape[:-3]
-        x = x.reshape((-1,) + x.shape[-3:]).astype(jnp.float32)
+    def __call__(self, obs):
         act = activation_fn(self.activation)
-        x = act(nn.Conv(16, (3, 3), padding="VALID", kernel_init=orthogonal())(x))
-        x = x.reshape(batch_shape + (-1,))
-        return MLP(self.hidden_sizes, self.activation)(x)
+        ndims = (self.obs_ndim,) if isinstance(self.obs_ndim, int) else self.obs_ndim
+        leaves = [obs] if isinstance(self.obs_ndim, int) else jax.tree.leaves(obs)
+        batch_shape = leading_shape(obs, self.obs_ndim)
+        features = []
+        for x, ndim in zip(leaves, ndims, strict=True):
+            if ndim == 3:
+                x = x.reshape((-1,) + x.shape[-3:]).astype(jnp.float32)
+                x = act(nn.Conv(16, (3, 3), padding="VALID", kernel_init=orthogonal())(x))
+            features.append(x.reshape(batch_shape + (-1,)).astype(jnp.float32))
+        return MLP(self.hidden_sizes, self.activation)(jnp.concatenate(features, axis=-1))
 
 
-def torso(kind: str, hidden_sizes, activation: str, obs_ndim: int) -> nn.Module:
+def torso(kind: str, hidden_sizes, activation: str, obs_ndim: int | tuple) -> nn.Module:
     if kind == "mlp":
         return MLP(tuple(hidden_sizes), activation, obs_ndim)
     if kind == "cnn":
-        if obs_ndim != 3:
+        if 3 not in ((obs_ndim,) if isinstance(obs_ndim, int) else obs_ndim):
             raise ValueError(f"network='cnn' needs image observations [H, W, C], got {obs_ndim} observation dims")
-        return MinAtarCNN(tuple(hidden_sizes), activation)
+        return MinAtarCNN(tuple(hidden_sizes), activation, obs_ndim)
     raise ValueError(f"network must be 'mlp' or 'cnn', got {kind!r}")
 
 
@@ -209,7 +235,7 @@ class ActorCritic(nn.Module):
     network: str = "mlp"
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
-    obs_ndim: int = 1
+    obs_ndim: int | tuple = 1
     log_std_init: float = 0.0
     memory: str = "none"
     memory_size: int = 128
@@ -234,11 +260,11 @@ class ActorCritic(nn.Module):
         if self.memory == "none":
             actor_features, critic_features = self.actor_torso(obs), self.critic_torso(obs)
         elif self.shared_memory:
-            reset = jnp.zeros(obs.shape[:2], bool) if reset is None else reset
+            reset = jnp.zeros(leading_shape(obs, self.obs_ndim), bool) if reset is None else reset
             carry, actor_features = self.core(carry, self.torso(obs), reset)
             critic_features = actor_features
         else:
-            reset = jnp.zeros(obs.shape[:2], bool) if reset is None else reset
+            reset = jnp.zeros(leading_shape(obs, self.obs_ndim), bool) if reset is None else reset
             actor_carry, actor_features = self.actor_core(carry["actor"], self.actor_torso(obs), reset)
             critic_carry, critic_features = self.critic_core(carry["critic"], self.critic_torso(obs), reset)
             carry = {"actor": actor_carry, "critic": critic_carry}
@@ -313,7 +339,7 @@ class QNetwork(nn.Module):
     network: str = "mlp"
     hidden_sizes: Sequence[int] = (128, 128)
     activation: str = "relu"
-    obs_ndim: int = 1
+    obs_ndim: int | tuple = 1
     dueling: bool = False
     noisy: bool = False
     num_atoms: int = 1
@@ -380,11 +406,11 @@ class ContinuousQ(nn.Module):
 
     hidden_sizes: Sequence[int] = (256, 256)
     activation: str = "relu"
-    obs_ndim: int = 1
+    obs_ndim: int | tuple = 1
 
     @nn.compact
     def __call__(self, obs, action):
-        obs = obs.reshape(obs.shape[: obs.ndim - self.obs_ndim] + (-1,)).astype(jnp.float32)
+        obs = flatten_observation(obs, self.obs_ndim)
         x = MLP(self.hidden_sizes, self.activation)(jnp.concatenate([obs, action.astype(jnp.float32)], axis=-1))
         return nn.Dense(1, kernel_init=orthogonal(1.0))(x)[..., 0]
 
@@ -406,7 +432,7 @@ class Actor(nn.Module):
     network: str = "mlp"
     hidden_sizes: Sequence[int] = (256, 256)
     activation: str = "relu"
-    obs_ndim: int = 1
+    obs_ndim: int | tuple = 1
 
     @nn.compact
     def __call__(self, obs):
@@ -435,7 +461,7 @@ class RecurrentActor(nn.Module):
     network: str = "mlp"
     hidden_sizes: Sequence[int] = (256, 256)
     activation: str = "relu"
-    obs_ndim: int = 1
+    obs_ndim: int | tuple = 1
     memory: str = "gru"
     memory_size: int = 128
 
@@ -448,7 +474,7 @@ class RecurrentActor(nn.Module):
     def encode(self, obs, carry, reset=None):
         """``(features [T, B, memory_size], carry)``: the core's output at every step and
         its carry after the last one."""
-        reset = jnp.zeros(obs.shape[:2], bool) if reset is None else reset
+        reset = jnp.zeros(leading_shape(obs, self.obs_ndim), bool) if reset is None else reset
         carry, features = self.core(carry, self.torso(obs), reset)
         return features, carry
 
@@ -473,7 +499,7 @@ class RecurrentContinuousQ(nn.Module):
 
     hidden_sizes: Sequence[int] = (256, 256)
     activation: str = "relu"
-    obs_ndim: int = 1
+    obs_ndim: int | tuple = 1
     memory: str = "gru"
     memory_size: int = 128
     num_critics: int = 2
@@ -485,7 +511,7 @@ class RecurrentContinuousQ(nn.Module):
         self.heads = ensemble(ContinuousQ, self.num_critics)(self.hidden_sizes, self.activation, 1)
 
     def encode(self, obs, carry, reset=None):
-        reset = jnp.zeros(obs.shape[:2], bool) if reset is None else reset
+        reset = jnp.zeros(leading_shape(obs, self.obs_ndim), bool) if reset is None else reset
         carry, features = self.core(carry, self.torso(obs), reset)
         return features, carry
 

@@ -19,7 +19,7 @@ from flax import struct
 
 from jaxrl import envs, evaluation, loop, networks, rollout
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
-from jaxrl.distributions import Categorical, Normal
+from jaxrl.distributions import Categorical, Normal, mask_actions
 from jaxrl.networks import ActorCritic
 from jaxrl.types import Trajectory
 
@@ -74,7 +74,7 @@ class Config:
             require_int(self, field, 0)
         require_int(self, "total_timesteps", self.num_envs * self.num_steps)
         require_choice(self, "optimizer", OPTIMIZERS)
-        require_network(self, envs.config_spec(self).obs_shape)
+        require_network(self, envs.config_spec(self).obs_ndim)
 
     @property
     def num_iterations(self) -> int:
@@ -118,7 +118,7 @@ def make_network(config) -> ActorCritic:
         network=config.network,
         hidden_sizes=config.hidden_sizes,
         activation=config.activation,
-        obs_ndim=len(spec.obs_shape),
+        obs_ndim=spec.obs_ndim,
         log_std_init=config.log_std_init,
         memory=config.memory,
         memory_size=config.memory_size,
@@ -165,10 +165,9 @@ def init(key: jax.Array, config, updates_per_iteration: int, policy_lag: int = 0
     env, env_params = make_env(config)
     spec = envs.config_spec(config)
     network_key, env_key = jax.random.split(key)
-    dummy_obs = jnp.zeros((1, 1) + spec.obs_shape, jnp.float32)  # [T, B, ...]
     params = {
-        "network": make_network(config).init(network_key, dummy_obs, initial_carry(config, 1)),
-        "obs_stats": envs.running_stats_init(spec.obs_shape),
+        "network": make_network(config).init(network_key, spec.zeros((1, 1)), initial_carry(config, 1)),  # [T, B, ...]
+        "obs_stats": envs.observation_stats_init(spec.observation),
     }
     obs, env_state = rollout.reset(env, env_params, env_key, config.num_envs)
     lagged = jax.tree.map(lambda x: jnp.stack([x] * policy_lag), params) if policy_lag else ()
@@ -190,11 +189,16 @@ def policy_and_value(params: dict, obs: jax.Array, config, carry=(), reset=None)
     ``[...]``; ``carry`` stays ``()``. Recurrent: ``obs [T, B, *obs_shape]`` is a
     sequence entered with ``carry`` (leaves ``[B, ...]``), ``reset [T, B]`` (default
     none) marks the steps that begin an episode; outputs are ``[T, B]`` and the carry
-    after the last step."""
+    after the last step. Where observations carry an action mask
+    (``obs["action_mask"]``), masked actions have probability 0."""
+    spec = envs.config_spec(config)
+    raw_obs = obs
     if config.normalize_observations:
-        obs = envs.normalize(params["obs_stats"], obs)
+        obs = envs.normalize_observation(params["obs_stats"], obs)
     policy_out, value, carry = make_network(config).apply(params["network"], obs, carry, reset)
-    if envs.config_spec(config).discrete:
+    if spec.discrete:
+        if spec.action_mask:
+            policy_out = mask_actions(policy_out, raw_obs[envs.ACTION_MASK])
         return Categorical(policy_out), value, carry
     mean, log_std = policy_out
     return Normal(mean, jnp.broadcast_to(jnp.exp(log_std), mean.shape)), value, carry
@@ -315,8 +319,8 @@ def update_obs_stats(state: State, trajectory: Trajectory, config) -> State:
     was collected with."""
     if not config.normalize_observations:
         return state
-    flat_obs = trajectory.obs.reshape((-1,) + trajectory.obs.shape[2:])
-    obs_stats = envs.running_stats_update(state.params["obs_stats"], flat_obs)
+    flat_obs = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), trajectory.obs)
+    obs_stats = envs.observation_stats_update(state.params["obs_stats"], flat_obs)
     return state.replace(params={**state.params, "obs_stats": obs_stats})
 
 

@@ -19,17 +19,31 @@ squared error, with AdamW's decoupled ``weight_decay``. ::
     out = jax.jit(alphazero.train)(jax.random.key(0), config)
     out.metrics["eval_return"]  # mean outcome against a uniformly random player
 
-Observations are dicts ``{"observation": board [B, ...], "legal_action_mask": [B, A]}``
+Observations are dicts ``{"observation": board [B, ...], "action_mask": [B, A]}``
 (:func:`observation` of a batch of pgx states), so :func:`act` (the raw network's
 masked policy, no search) needs nothing but them. Search needs the game itself: use
 :func:`search_policy` with the pgx state. Needs ``pip install "jaxrl[search]"`` (mctx
 and pgx).
+
+**Single-agent search.** Any other ``env_id`` that :func:`jaxrl.envs.make` accepts, with
+discrete actions and stepped on the device, is one agent's env searched with its own
+``step`` as the model (:func:`single_agent_search`): the search is exact for
+deterministic dynamics (a stochastic env's search sees one sampled outcome per
+expansion). Each iteration plays ``num_steps`` searched steps in each of ``num_games``
+envs; each step's value target is the TD(``td_lambda``) return over the search's root
+values (:func:`single_agent_value_targets`: stopped at termination, bootstrapped through
+truncation), and the same loss trains the network, whose value head is then unbounded.
+Observations are the env's raw arrays and every action is legal. ::
+
+    config = alphazero.Config(env_id="CartPole-v1", num_games=32, num_steps=16)
+    out = jax.jit(alphazero.train)(jax.random.key(0), config)
+    out.metrics["eval_return"]  # the env's return of the greedy network
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -37,25 +51,15 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import evaluation, loop, networks, optim
+from jaxrl import envs, evaluation, loop, networks, optim, returns, rollout
 from jaxrl.buffers import replay
-from jaxrl.config import require_choice, require_int, require_range, static
+from jaxrl.config import freeze_mapping, require_choice, require_int, require_range, static
+from jaxrl.distributions import mask_actions
+from jaxrl.envs import pgx as pgx_games
 from jaxrl.types import TrainOutput
 
-PREFIX = "pgx:"
-# pgx's deterministic two-player zero-sum games with perfect information.
-GAMES = (
-    "tic_tac_toe",
-    "connect_four",
-    "othello",
-    "hex",
-    "go_9x9",
-    "go_19x19",
-    "animal_shogi",
-    "gardner_chess",
-    "chess",
-    "shogi",
-)
+PREFIX = envs.PGX_PREFIX
+GAMES = pgx_games.GAMES  # pgx's deterministic two-player zero-sum games with perfect information
 LEARNER_METRICS = ("loss", "policy_loss", "value_loss", "policy_entropy")
 
 
@@ -81,17 +85,54 @@ def game_id(env_id: str) -> str:
 
 @functools.cache
 def make_env(env_id: str):
-    """The pgx env of ``env_id`` (cached: one object per game)."""
-    _, pgx = require_search_libraries()
-    # pgx's game modules build arrays when first imported: concrete ones, even inside a trace.
-    with jax.ensure_compile_time_eval():
-        return pgx.make(game_id(env_id))
+    """The pgx game of ``env_id`` (cached: one object per game): the one
+    :mod:`jaxrl.envs.pgx`'s env plays against its random opponent."""
+    require_search_libraries()
+    return envs.make(PREFIX + game_id(env_id))[0].game
+
+
+def two_player(env_id: str) -> bool:
+    """Whether ``env_id`` names a pgx game (two-player self-play) rather than one
+    agent's env (single-agent search)."""
+    return isinstance(env_id, str) and env_id.startswith(PREFIX)
+
+
+def check_single_agent_env(env_id: str, env_kwargs: tuple) -> None:
+    """ValueError, naming ``env_id`` and what is allowed, unless ``env_id`` is an env
+    :func:`jaxrl.envs.make` accepts with ``env_kwargs``, stepped on the device (its
+    state can be stepped from a search), with discrete actions and array observations."""
+    allowed = (
+        f"two-player pgx games ({', '.join(PREFIX + game for game in GAMES)}) or single-agent jaxrl envs "
+        "stepped on the device with discrete actions (gymnax ids such as 'CartPole-v1' and registered ids)"
+    )
+    if not isinstance(env_id, str):
+        raise ValueError(f"alphazero plays {allowed}; got env_id={env_id!r}")
+    if envs.steps_on_host(env_id):
+        raise ValueError(
+            f"alphazero plays {allowed}; got env_id={env_id!r}, stepped on the host: a search cannot step it"
+        )
+    try:
+        spec = envs.spec(*envs.make(env_id, **dict(env_kwargs)))
+    except ValueError as error:
+        raise ValueError(f"alphazero plays {allowed}; got env_id={env_id!r}: {error}") from error
+    if not spec.discrete:
+        raise ValueError(f"alphazero plays {allowed}; got env_id={env_id!r}, whose actions are {spec.action_kind}")
+    if spec.obs_shape is None:  # a dict / tuple observation: the network takes one array
+        raise ValueError(f"alphazero's single-agent search needs array observations; env_id={env_id!r} gives others")
+
+
+def make_single_agent_env(config):
+    """``(env, env_params)`` of a single-agent config: the env of ``env_id`` with
+    ``env_kwargs``, reporting episode statistics (:class:`jaxrl.envs.EpisodeStatistics`)."""
+    env, env_params = envs.make(config.env_id, **dict(config.env_kwargs))
+    return envs.EpisodeStatistics(env), env_params
 
 
 @struct.dataclass
 class Config:
     """AlphaZero settings. Static fields fix the program; ``learning_rate``,
-    ``weight_decay``, ``value_coef`` and ``random_move_prob`` can be traced and vmapped.
+    ``weight_decay``, ``value_coef``, ``random_move_prob``, ``gamma`` and ``td_lambda``
+    can be traced and vmapped.
 
     The defaults are the connect-four settings tests/test_alphazero.py trains and checks
     against a uniformly random player.
@@ -104,12 +145,20 @@ class Config:
     ``buffer_size / num_games`` moves loses its first positions before it ends (go:
     give each lane a few hundred). ``eval_simulations=0`` evaluates
     the raw network's greedy policy; above 0, search with that many simulations.
+
+    Single-agent envs (any ``env_id`` but ``pgx:``) take ``env_kwargs`` (a dict or
+    ``(name, value)`` pairs for :func:`jaxrl.envs.make`, e.g. ``{"max_steps_in_episode":
+    200}``), play ``num_games`` envs at once and use ``gamma`` (the search's and the
+    targets' discount) and ``td_lambda`` (the value targets' lambda); the buffer must hold
+    an iteration's ``num_games * num_steps`` steps. The value head is unbounded there:
+    scale ``value_coef`` to the returns (tests/test_alphazero.py's CartPole uses 0.05).
+    Evaluation is ``eval_episodes`` episodes of the env's undiscounted return.
     """
 
     # --- static: the game and program structure
     env_id: str = static("pgx:tic_tac_toe")
-    env_kwargs: Any = static(())  # pgx games take none; kept for the common CLI
-    num_games: int = static(64)  # self-play games played at once
+    env_kwargs: Any = static(())  # single-agent envs' make() overrides; pgx games take none
+    num_games: int = static(64)  # self-play games (single-agent: envs) played at once
     num_steps: int = static(8)  # moves per game per iteration
     num_simulations: int = static(16)  # search simulations per move
     max_num_considered_actions: int = static(16)  # Gumbel MuZero's sampled root actions
@@ -128,13 +177,20 @@ class Config:
     weight_decay: float = 1e-4
     value_coef: float = 1.0
     random_move_prob: float = 0.1  # self-play plays a uniformly random legal move this often
+    gamma: float = 0.99  # single-agent only: the discount of the search and the value targets
+    td_lambda: float = 0.95  # single-agent only: lambda of the value targets over root search values
 
     def __post_init__(self):
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
-        make_env(self.env_id)  # a clear error for an unknown game or missing libraries
-        if self.env_kwargs not in ((), None, {}):
-            raise ValueError(f"env_kwargs: pgx games take no parameters, got {self.env_kwargs!r}")
-        object.__setattr__(self, "env_kwargs", ())
+        if two_player(self.env_id):
+            make_env(self.env_id)  # a clear error for an unknown game or missing libraries
+            if self.env_kwargs not in ((), None, {}):
+                raise ValueError(f"env_kwargs: pgx games take no parameters, got {self.env_kwargs!r}")
+            object.__setattr__(self, "env_kwargs", ())
+        else:
+            require_search_libraries()
+            object.__setattr__(self, "env_kwargs", freeze_mapping(self.env_kwargs, "env_kwargs"))
+            check_single_agent_env(self.env_id, self.env_kwargs)
         for field in ("num_games", "num_steps", "num_simulations", "max_num_considered_actions"):
             require_int(self, field, 1)
         for field in ("num_updates", "batch_size", "buffer_size", "eval_episodes"):
@@ -146,6 +202,12 @@ class Config:
         if not sizes or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in sizes):
             raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {sizes!r}")
         require_choice(self, "activation", networks.ACTIVATIONS)
+        if not two_player(self.env_id) and self.buffer_size < self.num_games * self.num_steps:
+            # an iteration's steps enter the replay at once, with their value targets
+            raise ValueError(
+                f"buffer_size must hold an iteration's num_games * num_steps = {self.num_games * self.num_steps} "
+                f"steps, got {self.buffer_size}"
+            )
 
     @property
     def num_iterations(self) -> int:
@@ -157,59 +219,67 @@ class State:
     params: dict  # {"network": flax params}: all ``act`` needs
     opt_state: Any
     buffer: replay.ReplayState  # positions, leaves [R, num_games, ...]
-    env_state: Any  # pgx states of the self-play games [num_games]
+    env_state: Any  # pgx states of the self-play games (single-agent: the envs' states) [num_games]
     game_start: jax.Array  # int32 [num_games]: the absolute replay row of each game's first move
     first_player: jax.Array  # int32 [num_games]: who moved first in each game
     rows_written: jax.Array  # int32: rows added to the replay so far
     timesteps: jax.Array  # int32 moves played so far
     updates: jax.Array  # int32 gradient steps so far
+    obs: Any = ()  # single-agent only: the envs' observations [num_games, *obs_shape]
 
 
 # ----------------------------------------------------------------------------- network
 
 
 class PolicyValueNetwork(nn.Module):
-    """An MLP torso over the flattened board, a policy head (logits ``[..., A]``) and a
-    value head (``tanh``: ``[...]`` in [-1, 1], the outcome for the player to move)."""
+    """An MLP torso over the flattened board (or observation), a policy head (logits
+    ``[..., A]``) and a value head ``[...]``: ``tanh``-bounded to [-1, 1] (the outcome
+    for the player to move) if ``bounded_value``, else unbounded (a discounted return)."""
 
     num_actions: int
     hidden_sizes: tuple = (128, 128)
     activation: str = "relu"
     obs_ndim: int = 1
+    bounded_value: bool = True
 
     @nn.compact
     def __call__(self, board):
         features = networks.MLP(self.hidden_sizes, self.activation, self.obs_ndim)(board)
         logits = nn.Dense(self.num_actions, kernel_init=networks.orthogonal(0.01))(features)
         value = nn.Dense(1, kernel_init=networks.orthogonal(1.0))(features)[..., 0]
-        return logits, jnp.tanh(value)
+        return logits, jnp.tanh(value) if self.bounded_value else value
 
 
 def make_network(config: Config) -> PolicyValueNetwork:
-    env = make_env(config.env_id)
+    if two_player(config.env_id):
+        env = make_env(config.env_id)
+        num_actions, obs_shape = env.num_actions, env.observation_shape
+    else:
+        spec = envs.config_spec(config)
+        num_actions, obs_shape = spec.num_actions, spec.obs_shape
     return PolicyValueNetwork(
-        num_actions=env.num_actions,
+        num_actions=num_actions,
         hidden_sizes=config.hidden_sizes,
         activation=config.activation,
-        obs_ndim=len(env.observation_shape),
+        obs_ndim=len(obs_shape),
+        bounded_value=two_player(config.env_id),
     )
 
 
 def observation(env_state) -> dict:
     """What :func:`act` sees of a batch of pgx states: the board from the point of view
     of the player to move and the legal-action mask."""
-    return {"observation": env_state.observation, "legal_action_mask": env_state.legal_action_mask}
+    return {"observation": env_state.observation, "action_mask": env_state.legal_action_mask}
 
 
-def mask_logits(logits: jax.Array, mask: jax.Array) -> jax.Array:
-    """``logits`` with illegal actions at the lowest float: probability exactly 0."""
-    return jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
-
-
-def policy_value(params: dict, obs: dict, config: Config):
-    """``(masked logits [B, A], value [B])`` of the network on :func:`observation` s."""
+def policy_value(params: dict, obs, config: Config):
+    """``(logits [B, A], value [B])`` of the network: on :func:`observation` s of pgx
+    games, masked to legal actions; on a single-agent env's observations ``[B,
+    *obs_shape]``, unmasked."""
+    if not two_player(config.env_id):
+        return make_network(config).apply(params["network"], obs)
     logits, value = make_network(config).apply(params["network"], obs["observation"])
-    return mask_logits(logits, obs["legal_action_mask"]), value
+    return mask_actions(logits, obs["action_mask"]), value
 
 
 def make_optimizer(config: Config) -> optax.GradientTransformation:
@@ -221,6 +291,8 @@ def _check_traced(config: Config) -> None:
     require_range(config, "weight_decay", 0.0, float("inf"))
     require_range(config, "value_coef", 0.0, float("inf"))
     require_range(config, "random_move_prob", 0.0, 1.0)
+    require_range(config, "gamma", 0.0, 1.0)
+    require_range(config, "td_lambda", 0.0, 1.0)
 
 
 def _reset(env, key: jax.Array, num_games: int):
@@ -228,15 +300,18 @@ def _reset(env, key: jax.Array, num_games: int):
 
 
 def init(key: jax.Array, config: Config) -> State:
-    """The network, optimiser, an empty replay and ``num_games`` new games."""
+    """The network, optimiser, an empty replay and ``num_games`` new games (or freshly
+    reset single-agent envs)."""
     _check_traced(config)
+    if not two_player(config.env_id):
+        return init_single_agent(key, config)
     env = make_env(config.env_id)
     params_key, env_key = jax.random.split(key)
     env_state = _reset(env, env_key, config.num_games)
     network_params = make_network(config).init(params_key, env_state.observation[:1])
     example = {
         "observation": env_state.observation[0],
-        "legal_action_mask": env_state.legal_action_mask[0],
+        "action_mask": env_state.legal_action_mask[0],
         "policy": jnp.zeros(env.num_actions, jnp.float32),
         "player": jnp.zeros((), jnp.int32),
         "value": jnp.zeros((), jnp.float32),
@@ -255,6 +330,33 @@ def init(key: jax.Array, config: Config) -> State:
     )
 
 
+def init_single_agent(key: jax.Array, config: Config) -> State:
+    """:func:`init` for a single-agent env: ``num_games`` reset envs and a replay of
+    ``(observation, policy, value)`` rows."""
+    env, env_params = make_single_agent_env(config)
+    params_key, env_key = jax.random.split(key)
+    obs, env_state = rollout.reset(env, env_params, env_key, config.num_games)
+    network_params = make_network(config).init(params_key, obs[:1])
+    example = {
+        "observation": obs[0],
+        "policy": jnp.zeros(envs.config_spec(config).num_actions, jnp.float32),
+        "value": jnp.zeros((), jnp.float32),
+    }
+    zeros = jnp.zeros(config.num_games, jnp.int32)  # the two-player fields, unused
+    return State(
+        params={"network": network_params},
+        opt_state=make_optimizer(config).init(network_params),
+        buffer=replay.init(example, config.buffer_size, config.num_games),
+        env_state=env_state,
+        game_start=zeros,
+        first_player=zeros,
+        rows_written=jnp.zeros((), jnp.int32),
+        timesteps=jnp.zeros((), jnp.int32),
+        updates=jnp.zeros((), jnp.int32),
+        obs=obs,
+    )
+
+
 # ----------------------------------------------------------------------------- acting
 
 
@@ -263,11 +365,12 @@ def initial_carry(config: Config, batch_size: int):
     return ()
 
 
-def act(params: dict, obs: dict, carry, key: jax.Array, config: Config, deterministic: bool = False):
+def act(params: dict, obs, carry, key: jax.Array, config: Config, deterministic: bool = False):
     """``(action [B], carry)`` from the raw network's policy, masked to legal actions
     (sampled, or its most likely action when ``deterministic``); no search, which needs
     the game's state: see :func:`search_policy`. ``obs`` is :func:`observation` of the
-    games; ``carry`` is ``()`` and passed through."""
+    games (single-agent: the env's observations ``[B, *obs_shape]``); ``carry`` is
+    ``()`` and passed through."""
     logits, _ = policy_value(params, obs, config)
     if deterministic:
         return jnp.argmax(logits, axis=-1).astype(jnp.int32), carry
@@ -314,7 +417,7 @@ def search_policy(params: dict, env_state, key: jax.Array, config: Config, num_s
 def random_policy(env_state, key: jax.Array, config: Config) -> jax.Array:
     """A uniformly random legal action ``[B]`` in each game."""
     zeros = jnp.zeros(env_state.legal_action_mask.shape)
-    return jax.random.categorical(key, mask_logits(zeros, env_state.legal_action_mask)).astype(jnp.int32)
+    return jax.random.categorical(key, mask_actions(zeros, env_state.legal_action_mask)).astype(jnp.int32)
 
 
 def rollout_value(env_state, key: jax.Array, config: Config) -> jax.Array:
@@ -343,7 +446,7 @@ def mcts_policy(env_state, key: jax.Array, config: Config, num_simulations: int)
     action ``[B]``."""
     mctx, _ = require_search_libraries()
     env = make_env(config.env_id)
-    uniform = lambda state: mask_logits(jnp.zeros(state.legal_action_mask.shape), state.legal_action_mask)  # noqa: E731
+    uniform = lambda state: mask_actions(jnp.zeros(state.legal_action_mask.shape), state.legal_action_mask)  # noqa: E731
 
     def model(params, key, action, state):
         mover = state.current_player
@@ -370,7 +473,7 @@ def mcts_policy(env_state, key: jax.Array, config: Config, num_simulations: int)
         invalid_actions=~env_state.legal_action_mask,
         dirichlet_fraction=0.0,
     )
-    return jnp.argmax(mask_logits(out.action_weights, env_state.legal_action_mask), axis=-1).astype(jnp.int32)
+    return jnp.argmax(mask_actions(out.action_weights, env_state.legal_action_mask), axis=-1).astype(jnp.int32)
 
 
 def agent_policy(params: dict, config: Config, num_simulations: int = 0):
@@ -503,24 +606,227 @@ def self_play(state: State, key: jax.Array, config: Config):
     return state, metrics
 
 
+# ----------------------------------------------------------------------------- single-agent search
+
+
+class SearchNode(NamedTuple):
+    """A single-agent search node's embedding (leaves ``[B, ...]``): the env's state,
+    whether an earlier step of the path ended the episode (``done``, terminated or
+    truncated) and, once done, the value the node keeps (``done_value``: 0 after
+    termination, the network's value of the final observation after truncation)."""
+
+    env_state: Any
+    done: jax.Array  # bool [B]
+    done_value: jax.Array  # float32 [B]
+
+
+def single_agent_recurrent_fn(params: dict, key: jax.Array, action: jax.Array, node: SearchNode, config: Config):
+    """mctx's model step for a single-agent env: the env's own ``step`` from the node's
+    state with ``action`` (a key per lane from mctx's), the env's reward, discount
+    ``gamma`` and the network's prior and value at ``info["final_observation"]`` (the
+    next observation, or the last one before an auto-reset). The value is 0 where the
+    step terminated. Below a done node every step returns reward ``(1 - gamma) *
+    done_value``, discount ``gamma`` and value ``done_value``, so every return backed up
+    through it is ``done_value``: done nodes are absorbing."""
+    mctx, _ = require_search_libraries()
+    env, env_params = make_single_agent_env(config)
+    keys = jax.random.split(key, action.shape[0])
+    _, env_state, reward, terminated, truncated, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+        keys, node.env_state, action, env_params
+    )
+    logits, value = policy_value(params, info["final_observation"], config)
+    value = jnp.where(terminated, 0.0, value)
+    gamma = jnp.asarray(config.gamma, jnp.float32)
+    reward = jnp.where(node.done, (1.0 - gamma) * node.done_value, reward.astype(jnp.float32))
+    value = jnp.where(node.done, node.done_value, value)
+    output = mctx.RecurrentFnOutput(
+        reward=reward, discount=jnp.broadcast_to(gamma, reward.shape), prior_logits=logits, value=value
+    )
+    return output, SearchNode(env_state, node.done | terminated | truncated, value)
+
+
+def single_agent_search(
+    params: dict,
+    obs: jax.Array,
+    env_state,
+    key: jax.Array,
+    config: Config,
+    num_simulations: int | None = None,
+    gumbel_scale: float = 1.0,
+):
+    """``mctx.gumbel_muzero_policy`` from a batch of single-agent envs (their
+    observations ``[B, *obs_shape]`` and states ``[B]``, as :func:`init` and the env's
+    ``step`` give them): the network's prior and value at the root and
+    :func:`single_agent_recurrent_fn` below it. Returns mctx's ``PolicyOutput``
+    (``action [B]``, ``action_weights [B, A]``, ``search_tree``; the root's search value
+    is ``search_tree.summary().value``). ``num_simulations`` defaults to the config's;
+    ``gumbel_scale=0`` searches without Gumbel noise (evaluation)."""
+    mctx, _ = require_search_libraries()
+    logits, value = policy_value(params, obs, config)
+    root = mctx.RootFnOutput(
+        prior_logits=logits,
+        value=value,
+        embedding=SearchNode(env_state, jnp.zeros(value.shape, bool), jnp.zeros(value.shape, jnp.float32)),
+    )
+    return mctx.gumbel_muzero_policy(
+        params=params,
+        rng_key=key,
+        root=root,
+        recurrent_fn=functools.partial(single_agent_recurrent_fn, config=config),
+        num_simulations=config.num_simulations if num_simulations is None else num_simulations,
+        max_num_considered_actions=config.max_num_considered_actions,
+        gumbel_scale=gumbel_scale,
+    )
+
+
+def single_agent_value_targets(
+    r_t: jax.Array,
+    v_t: jax.Array,
+    v_final_t: jax.Array,
+    terminated_t: jax.Array,
+    truncated_t: jax.Array,
+    gamma: float,
+    lambda_: float,
+) -> jax.Array:
+    """TD(lambda) value targets over the root search values of a stretch of steps
+    (:func:`jaxrl.returns.lambda_returns`, Sutton & Barto, 2018, ch. 12).
+
+    The value of the state step ``t`` reached is the next step's root search value
+    ``v_{t+1}`` inside an episode and ``v_final_t`` (the network's value of the final
+    observation) where the episode was truncated and at the last step; nothing is
+    bootstrapped after termination.
+
+    Args: ``[T, ...]`` arrays: ``r_t`` rewards, ``v_t`` root search values of the
+    states the steps started from, ``v_final_t`` network values of
+    ``info["final_observation"]``, ``terminated_t``, ``truncated_t``; ``gamma``,
+    ``lambda_`` scalars (may be traced). Returns the targets ``[T, ...]``.
+    """
+    done_t = terminated_t | truncated_t
+    v_next_t = jnp.where(done_t[:-1], v_final_t[:-1], v_t[1:])
+    v_next_t = jnp.concatenate([v_next_t, v_final_t[-1:]])
+    return returns.lambda_returns(r_t, v_next_t, terminated_t, truncated_t, gamma, lambda_)
+
+
+def single_agent_move(state: State, key: jax.Array, config: Config):
+    """One searched step in every env (a uniformly random action instead with
+    probability ``random_move_prob``). Returns ``(state, record)``, ``record`` a dict of
+    ``[N, ...]`` arrays: ``observation``, ``policy`` (the search's), ``reward``,
+    ``terminated``, ``truncated``, ``search_value`` (the root's), ``final_value`` (the
+    network's, of ``info["final_observation"]``), ``episode_return`` and
+    ``episode_length`` (the finished episode's, 0 elsewhere) and ``done``."""
+    env, env_params = make_single_agent_env(config)
+    search_key, explore_key, random_key, step_key = jax.random.split(key, 4)
+    out = single_agent_search(state.params, state.obs, state.env_state, search_key, config)
+    explore = jax.random.uniform(explore_key, (config.num_games,)) < config.random_move_prob
+    random_action = jax.random.randint(random_key, (config.num_games,), 0, out.action_weights.shape[-1])
+    action = jnp.where(explore, random_action, out.action)
+    obs, env_state, reward, terminated, truncated, info = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+        jax.random.split(step_key, config.num_games), state.env_state, action, env_params
+    )
+    _, final_value = policy_value(state.params, info["final_observation"], config)
+    record = {
+        "observation": state.obs,
+        "policy": out.action_weights.astype(jnp.float32),
+        "reward": reward.astype(jnp.float32),
+        "terminated": terminated,
+        "truncated": truncated,
+        "search_value": out.search_tree.summary().value,
+        "final_value": final_value,
+        "episode_return": info["episode_return"],
+        "episode_length": info["episode_length"],
+        "done": info["episode_done"],
+    }
+    state = state.replace(obs=obs, env_state=env_state, timesteps=state.timesteps + config.num_games)
+    return state, record
+
+
+def single_agent_play(state: State, key: jax.Array, config: Config):
+    """``num_steps`` :func:`single_agent_move` s, then every step's observation, search
+    policy and value target (:func:`single_agent_value_targets`) into the replay.
+    Metrics over the episodes that ended: ``episode_return``, ``episode_length`` (NaN
+    where none ended) and ``episodes`` (how many)."""
+
+    def one_move(state, key):
+        return single_agent_move(state, key, config)
+
+    state, steps = jax.lax.scan(one_move, state, jax.random.split(key, config.num_steps))
+    targets = single_agent_value_targets(
+        steps["reward"],
+        steps["search_value"],
+        steps["final_value"],
+        steps["terminated"],
+        steps["truncated"],
+        config.gamma,
+        config.td_lambda,
+    )
+    rows = {"observation": steps["observation"], "policy": steps["policy"], "value": targets}
+    state = state.replace(buffer=replay.add_sequence(state.buffer, rows))
+    done = steps["done"]
+    count = jnp.sum(done)
+    mean = lambda x: jnp.where(count > 0, jnp.sum(jnp.where(done, x, 0.0)) / jnp.maximum(count, 1), jnp.nan)  # noqa: E731
+    metrics = {
+        "timesteps": state.timesteps,
+        "episode_return": mean(steps["episode_return"]),
+        "episode_length": mean(steps["episode_length"].astype(jnp.float32)),
+        "episodes": count.astype(jnp.int32),
+    }
+    return state, metrics
+
+
+def single_agent_episodes(params: dict, key: jax.Array, config: Config, num_simulations: int) -> evaluation.EvalResult:
+    """``eval_episodes`` episodes of the env, each to its first end (or the env's
+    ``max_steps_in_episode``), acting with :func:`single_agent_search` of
+    ``num_simulations`` without Gumbel noise. Returns each episode's undiscounted
+    return and length."""
+    env, env_params = make_single_agent_env(config)
+    num = config.eval_episodes
+    max_steps = envs.config_spec(config).max_episode_steps
+    if max_steps is None:
+        raise ValueError(f"evaluation runs episodes to the env's time limit; {config.env_id} has none")
+    reset_key, run_key = jax.random.split(key)
+    obs, env_state = rollout.reset(env, env_params, reset_key, num)
+
+    def running(carry):
+        t, *_, alive = carry
+        return (t < max_steps) & evaluation.any_in_batch(alive)
+
+    def body(carry):
+        t, obs, env_state, total, length, alive = carry
+        search_key, env_key = jax.random.split(jax.random.fold_in(run_key, t))
+        action = single_agent_search(params, obs, env_state, search_key, config, num_simulations, 0.0).action
+        obs, env_state, reward, terminated, truncated, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+            jax.random.split(env_key, num), env_state, action, env_params
+        )
+        total = total + jnp.where(alive, reward, 0.0)
+        length = length + alive.astype(jnp.int32)
+        return t + 1, obs, env_state, total, length, alive & ~(terminated | truncated)
+
+    init = (jnp.zeros((), jnp.int32), obs, env_state, jnp.zeros(num), jnp.zeros(num, jnp.int32), jnp.ones(num, bool))
+    *_, total, length, _ = jax.lax.while_loop(running, body, init)
+    return evaluation.EvalResult(total, length)
+
+
 # ----------------------------------------------------------------------------- learning
 
 
 def sample(state: State, key: jax.Array, config: Config) -> dict:
     """``batch_size`` positions drawn uniformly from the replay; ``ready`` marks those
-    whose game has ended (the others weigh nothing in the loss)."""
+    whose game has ended (the others weigh nothing in the loss; single-agent rows are
+    all ready)."""
     return replay.sample(state.buffer, key, config.batch_size)[0]
 
 
 def loss_fn(network_params, batch: dict, config: Config):
     """Cross-entropy from the search policy to the network's masked policy plus
-    ``value_coef`` times the squared error to the outcome, over the ready positions."""
+    ``value_coef`` times the squared error to the value target, over the ready
+    positions. Single-agent rows have no ``legal_action_mask`` (every action is legal)
+    and no ``ready`` (their targets are known when they are stored)."""
     logits, value = make_network(config).apply(network_params, batch["observation"])
-    mask = batch["legal_action_mask"]
-    log_probs = jax.nn.log_softmax(mask_logits(logits, mask))
+    mask = batch.get("action_mask", jnp.ones(logits.shape, bool))
+    log_probs = jax.nn.log_softmax(mask_actions(logits, mask))
     cross_entropy = -jnp.sum(jnp.where(mask, batch["policy"] * log_probs, 0.0), axis=-1)
     entropy = -jnp.sum(jnp.where(mask, jnp.exp(log_probs) * log_probs, 0.0), axis=-1)
-    weight = batch["ready"].astype(jnp.float32)
+    weight = batch.get("ready", jnp.ones(value.shape, bool)).astype(jnp.float32)
     mean = lambda x: jnp.sum(weight * x) / jnp.maximum(jnp.sum(weight), 1.0)  # noqa: E731
     policy_loss = mean(cross_entropy)
     value_loss = mean(jnp.square(value - batch["value"]))
@@ -541,10 +847,11 @@ def update(state: State, batch: dict, key: jax.Array, config: Config):
 
 
 def step(state: State, key: jax.Array, config: Config):
-    """One iteration: :func:`self_play`, then ``num_updates`` sampled updates (their
-    metrics averaged)."""
+    """One iteration: :func:`self_play` (single-agent: :func:`single_agent_play`), then
+    ``num_updates`` sampled updates (their metrics averaged)."""
     play_key, update_key = jax.random.split(key)
-    state, metrics = self_play(state, play_key, config)
+    play = self_play if two_player(config.env_id) else single_agent_play
+    state, metrics = play(state, play_key, config)
 
     def one_update(state, key):
         sample_key, loss_key = jax.random.split(key)
@@ -561,7 +868,13 @@ def step(state: State, key: jax.Array, config: Config):
 def evaluate(params: dict, key: jax.Array, config: Config) -> evaluation.EvalResult:
     """``eval_episodes`` games against a uniformly random player, half of them moving
     first: each game's outcome for the agent (1 win, 0 draw, -1 loss) and length. The
-    agent is the greedy network, or Gumbel search with ``eval_simulations``."""
+    agent is the greedy network, or Gumbel search with ``eval_simulations``.
+    Single-agent: ``eval_episodes`` episodes' undiscounted returns and lengths, of the
+    greedy network (:func:`jaxrl.evaluation.evaluate_config`) or of the search."""
+    if not two_player(config.env_id):
+        if config.eval_simulations:
+            return single_agent_episodes(params, key, config, config.eval_simulations)
+        return evaluation.evaluate_config(act, initial_carry, params, key, config)
     policy = agent_policy(params, config, config.eval_simulations)
     opponent = functools.partial(random_policy, config=config)
     return play(policy, opponent, key, config.eval_episodes, config)
@@ -583,5 +896,6 @@ def program(config: Config) -> loop.Program:
 def train(key: jax.Array, config: Config) -> TrainOutput:
     """``init``, then ``num_iterations`` iterations of :func:`step` in one scan. Metric
     leaves are ``[num_iterations]``, with ``eval_return`` (mean outcome against a random
-    player) NaN except at the ``num_evals`` evaluation points."""
+    player; single-agent: mean episode return) NaN except at the ``num_evals``
+    evaluation points."""
     return loop.train(program(config), key)

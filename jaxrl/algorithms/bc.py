@@ -67,7 +67,8 @@ class Config:
         if not isinstance(self.dataset_path, str):
             raise TypeError(f"dataset_path must be a string, got {self.dataset_path!r}")
         spec = env_spec(self)
-        require_network(self, spec.obs_shape)
+        envs.require_array_observations(self, "bc")
+        require_network(self, spec.obs_ndim)
         if not spec.discrete and len(spec.action_shape) != 1:
             raise ValueError(f"BC needs flat continuous actions, {self.env_id} has action shape {spec.action_shape}")
 

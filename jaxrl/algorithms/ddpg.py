@@ -102,7 +102,8 @@ class Config(offpolicy.ReplaySchedule):
                 "so every iteration runs whole actor-update periods"
             )
         spec = offpolicy.require_box_actions(self, self.ALGORITHM)
-        require_network(self, spec.obs_shape)
+        envs.require_array_observations(self, self.ALGORITHM)
+        require_network(self, spec.obs_ndim)
         if self.network != "mlp":
             raise ValueError(f"network must be 'mlp' for continuous-action critics, got {self.network!r}")
         require_choice(self, "memory", networks.MEMORY_KINDS)

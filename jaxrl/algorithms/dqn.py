@@ -37,6 +37,7 @@ from flax import struct
 from jaxrl import envs, evaluation, loop, networks, offpolicy, optim, returns, rollout
 from jaxrl.buffers import prioritized, sequence
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
+from jaxrl.distributions import mask_actions
 from jaxrl.networks import QNetwork
 from jaxrl.types import TrainOutput
 
@@ -125,7 +126,7 @@ class Config(offpolicy.ReplaySchedule):
                 f"DQN needs a discrete action space; env_id {self.env_id!r} has a continuous (Box) "
                 f"action space of shape {spec.action_shape} (use SAC, TD3 or DDPG)"
             )
-        require_network(self, spec.obs_shape)
+        require_network(self, spec.obs_ndim)
         self.check_memory()
 
     def check_memory(self) -> None:
@@ -215,7 +216,7 @@ def make_network(config: Config) -> QNetwork:
         network=config.network,
         hidden_sizes=config.hidden_sizes,
         activation=config.activation,
-        obs_ndim=len(spec.obs_shape),
+        obs_ndim=spec.obs_ndim,
         dueling=config.dueling,
         noisy=config.noisy,
         num_atoms=config.num_atoms if config.distributional else 1,
@@ -341,6 +342,14 @@ def recurrent_q_values(params: dict, obs, carry, config: Config, noise_key: jax.
     return out[0], carry
 
 
+def allowed(q: jax.Array, obs, config: Config) -> jax.Array:
+    """``q [..., A]`` with the actions ``obs["action_mask"]`` forbids at the lowest
+    float (where the env's observations carry a mask; unchanged otherwise)."""
+    if not env_spec(config).action_mask:
+        return q
+    return mask_actions(q, obs[envs.ACTION_MASK])
+
+
 def initial_carry(config: Config, batch_size: int):
     """The Q-network's memory before an episode's first step, for ``batch_size`` envs:
     zeros, leaves ``[batch_size, memory_size]``; ``()`` without memory."""
@@ -369,10 +378,14 @@ def act(
         q = q_values(params, obs, config, noise_key)
     else:
         q, carry = recurrent_q_values(params, obs, carry, config, noise_key)
+    q = allowed(q, obs, config)
     greedy = jnp.argmax(q, axis=-1).astype(jnp.int32)
     if deterministic:
         return greedy, carry
-    random_action = jax.random.randint(random_key, greedy.shape, 0, q.shape[-1], jnp.int32)
+    if env_spec(config).action_mask:  # uniform over the allowed actions
+        random_action = jax.random.categorical(random_key, allowed(jnp.zeros_like(q), obs, config)).astype(jnp.int32)
+    else:
+        random_action = jax.random.randint(random_key, greedy.shape, 0, q.shape[-1], jnp.int32)
     explore = jax.random.uniform(explore_key, greedy.shape) < epsilon
     return jnp.where(explore, random_action, greedy), carry
 
@@ -427,9 +440,9 @@ def loss_fn(network_params, target_params, batch: dict, key: jax.Array, config: 
     next_target = _network_out(target_params, batch["next_obs"], target_noise, config)
     if config.double:  # the online network picks the next action, the target evaluates it
         next_online = _network_out(network_params, batch["next_obs"], online_noise, config)
-        next_action = jnp.argmax(_q_values(next_online, config), axis=-1)
+        next_action = jnp.argmax(allowed(_q_values(next_online, config), batch["next_obs"], config), axis=-1)
     else:
-        next_action = jnp.argmax(_q_values(next_target, config), axis=-1)
+        next_action = jnp.argmax(allowed(_q_values(next_target, config), batch["next_obs"], config), axis=-1)
     next_out = jax.lax.stop_gradient(next_target[rows, next_action])
     discount = batch["discount"] * (1.0 - batch["terminated"].astype(jnp.float32))
 
@@ -519,6 +532,7 @@ def sequence_q_values(network_params, target_params, batch: dict, online_noise, 
         target_params, train["obs"], train["next_obs"], target_carry, train["reset"], target_noise, config
     )
     next_online = next_target if next_online is None else next_online  # without double: the target's argmax
+    next_online = allowed(next_online, train["next_obs"], config)  # the argmax never picks a masked action
     return q, jax.lax.stop_gradient(next_online), jax.lax.stop_gradient(next_target), train
 
 

@@ -112,7 +112,8 @@ class Config:
         for field in ("sample_actions", "normalize_observations"):
             require_choice(self, field, (True, False))
         spec = envs.config_spec(self)
-        require_network(self, spec.obs_shape)
+        envs.require_array_observations(self, "es")
+        require_network(self, spec.obs_ndim)
         if not spec.discrete and len(spec.action_shape) != 1:
             raise ValueError(f"es needs a Discrete or a 1-D Box action space; {self.env_id} has {spec.action_shape}")
         if spec.max_episode_steps is None:

@@ -103,7 +103,8 @@ class Config(offpolicy.ReplaySchedule):
                     "set discrete=True for SAC's categorical policy"
                 )
             offpolicy.require_box_actions(self, "SAC")
-        require_network(self, spec.obs_shape)
+        envs.require_array_observations(self, "sac")
+        require_network(self, spec.obs_ndim)
         if self.network != "mlp" and not self.discrete:
             raise ValueError(f"network must be 'mlp' for continuous-action critics, got {self.network!r}")
         require_choice(self, "memory", networks.MEMORY_KINDS)

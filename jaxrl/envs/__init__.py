@@ -17,8 +17,11 @@ import functools
 import importlib
 import numbers
 from collections.abc import Callable
+from typing import Any
 
 import gymnax
+import jax
+import jax.numpy as jnp
 import numpy as np
 from gymnax.environments import spaces
 
@@ -30,6 +33,9 @@ from jaxrl.envs.wrappers import (
     ScaleReward,
     Wrapper,
     normalize,
+    normalize_observation,
+    observation_stats_init,
+    observation_stats_update,
     running_stats_init,
     running_stats_update,
 )
@@ -39,6 +45,9 @@ __all__ = [
     "register",
     "HISTORY_KWARGS",
     "EnvSpec",
+    "ACTION_MASK",
+    "observation_struct",
+    "require_array_observations",
     "spec",
     "config_spec",
     "registered_ids",
@@ -54,6 +63,9 @@ __all__ = [
     "running_stats_init",
     "running_stats_update",
     "normalize",
+    "observation_stats_init",
+    "observation_stats_update",
+    "normalize_observation",
     "FrameStack",
     "MaskObservation",
 ]
@@ -211,27 +223,56 @@ def make(env_id: str, **env_param_overrides):
     return env, params
 
 
+# The key of an action mask in a dict observation: bool ``[num_actions]``, True where an
+# action is allowed. Categorical policies and Q-value argmaxes respect it.
+ACTION_MASK = "action_mask"
+
+
 @dataclasses.dataclass(frozen=True)
 class EnvSpec:
     """Static facts about an env's spaces.
 
-    ``action_kind`` is ``"discrete"`` (``num_actions`` choices, integer actions of shape
-    ``()``) or ``"continuous"`` (float actions of ``action_shape`` within
-    ``[action_low, action_high]``).
+    ``observation`` describes one observation: a ``jax.ShapeDtypeStruct`` for an array
+    observation, or a dict / tuple of them for a structured one (:attr:`structured`;
+    ``obs_shape`` and ``obs_dtype`` are then None). ``action_kind`` is ``"discrete"``
+    (``num_actions`` choices, integer actions of shape ``()``) or ``"continuous"``
+    (float actions of ``action_shape`` within ``[action_low, action_high]``).
     """
 
-    obs_shape: tuple
-    obs_dtype: np.dtype
+    obs_shape: tuple | None
+    obs_dtype: np.dtype | None
     action_kind: str
     action_shape: tuple
     num_actions: int | None = None
     action_low: np.ndarray | None = None
     action_high: np.ndarray | None = None
     max_episode_steps: int | None = None
+    observation: Any = None
 
     @property
     def discrete(self) -> bool:
         return self.action_kind == "discrete"
+
+    @property
+    def structured(self) -> bool:
+        """Whether observations are a dict or tuple of arrays rather than one array."""
+        return not isinstance(self.observation, jax.ShapeDtypeStruct)
+
+    @property
+    def obs_ndim(self) -> int | tuple:
+        """The number of observation dims: an int for an array observation, a tuple
+        with one per leaf (in ``jax.tree.leaves`` order) for a structured one."""
+        ndims = tuple(len(leaf.shape) for leaf in jax.tree.leaves(self.observation))
+        return ndims if self.structured else ndims[0]
+
+    @property
+    def action_mask(self) -> bool:
+        """Whether observations carry an action mask (a dict with :data:`ACTION_MASK`)."""
+        return isinstance(self.observation, dict) and ACTION_MASK in self.observation
+
+    def zeros(self, batch_shape: tuple = ()):
+        """An all-zero observation with leading ``batch_shape``, as the env's dtypes."""
+        return jax.tree.map(lambda leaf: jnp.zeros(batch_shape + leaf.shape, leaf.dtype), self.observation)
 
     def from_unit(self, action):
         """Map actions in ``[-1, 1]`` (a tanh policy's range) onto ``[action_low, action_high]``."""
@@ -242,16 +283,39 @@ class EnvSpec:
         return 2.0 * (action - self.action_low) / (self.action_high - self.action_low) - 1.0
 
 
+def observation_struct(space, where: str = "observation"):
+    """A gymnax observation space as ``jax.ShapeDtypeStruct`` s: Box and Discrete give
+    one, Dict and Tuple a dict / tuple of them. Any other space is a ``ValueError``."""
+    if isinstance(space, spaces.Dict):
+        return {key: observation_struct(sub, f"{where}[{key!r}]") for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(observation_struct(sub, f"{where}[{i}]") for i, sub in enumerate(space.spaces))
+    if isinstance(space, spaces.Box):
+        return jax.ShapeDtypeStruct(tuple(space.shape), np.dtype(space.dtype))
+    if isinstance(space, spaces.Discrete):
+        return jax.ShapeDtypeStruct((), np.dtype(getattr(space, "dtype", np.int32)))
+    raise ValueError(f"unsupported observation space {type(space).__name__} at {where}: Box, Discrete, Dict or Tuple")
+
+
 def spec(env, env_params) -> EnvSpec:
     """Describe ``env``'s observation and action spaces."""
-    obs_space = env.observation_space(env_params)
+    observation = observation_struct(env.observation_space(env_params))
     action_space = env.action_space(env_params)
     max_steps = getattr(env_params, "max_steps_in_episode", None)
+    array = isinstance(observation, jax.ShapeDtypeStruct)
     common = dict(
-        obs_shape=tuple(obs_space.shape),
-        obs_dtype=np.dtype(obs_space.dtype),
+        obs_shape=tuple(observation.shape) if array else None,
+        obs_dtype=np.dtype(observation.dtype) if array else None,
         max_episode_steps=int(max_steps) if max_steps is not None else None,
+        observation=observation,
     )
+    if isinstance(observation, dict) and ACTION_MASK in observation:
+        mask = observation[ACTION_MASK]
+        if not isinstance(action_space, spaces.Discrete) or mask.shape != (action_space.n,):
+            raise ValueError(
+                f"{env.name}: observation[{ACTION_MASK!r}] must be a bool mask [num_actions] for a Discrete "
+                f"action space, got shape {mask.shape} for {type(action_space).__name__}"
+            )
     if isinstance(action_space, spaces.Discrete):
         return EnvSpec(action_kind="discrete", action_shape=(), num_actions=int(action_space.n), **common)
     if isinstance(action_space, spaces.Box):
@@ -260,6 +324,17 @@ def spec(env, env_params) -> EnvSpec:
         high = np.broadcast_to(np.asarray(action_space.high, np.float32), shape)
         return EnvSpec(action_kind="continuous", action_shape=shape, action_low=low, action_high=high, **common)
     raise ValueError(f"unsupported action space {type(action_space).__name__} for {env.name}")
+
+
+def require_array_observations(config, algorithm: str) -> None:
+    """ValueError unless the config's env gives array observations: for algorithms
+    that do not take structured (dict / tuple) observations yet."""
+    if config_spec(config).structured:
+        raise ValueError(
+            f"{algorithm} needs array observations; {config.env_id} gives structured ones "
+            f"({jax.tree.map(lambda leaf: leaf.shape, config_spec(config).observation)}). "
+            "ppo, a2c, reinforce, impala and dqn take them"
+        )
 
 
 @functools.cache

@@ -5,8 +5,9 @@ in the gymnax API: the agent's seat is drawn at each reset (when the opponent mo
 first, its move is already played), each ``step`` plays the agent's move and then the
 opponent's reply, and the reward is the agent's: 1 for a win, -1 for a loss, 0
 otherwise. The observation is the dict ``{"observation": board float32 [*board_shape],
-"legal_action_mask": bool [A]}``, the board seen from the agent's side. An illegal move
-loses the game (pgx's own rule). A game cut off by pgx's move limit ends ``truncated``.
+"action_mask": bool [A]}``, the board seen from the agent's side. An illegal move
+loses the game (pgx's own rule). A game cut off by pgx's move limit, or after ``max_steps_in_episode`` moves of the
+agent, ends ``truncated``.
 
 Self-play, where both seats learn, uses the pgx game itself: :attr:`PgxEnv.game`
 (``jaxrl.algorithms.alphazero`` does).
@@ -55,13 +56,14 @@ def check(name: str) -> None:
 
 @struct.dataclass
 class EnvParams:
-    pass
+    max_steps_in_episode: int = 1000  # the agent's moves before the game is cut off (truncated)
 
 
 @struct.dataclass
 class EnvState:
     game: object  # pgx.State of the game
     seat: jax.Array  # int32: the agent's player id (0 or 1)
+    time: jax.Array  # int32: the agent's moves in this game so far
 
 
 def _random_legal(key: jax.Array, mask: jax.Array) -> jax.Array:
@@ -106,13 +108,13 @@ class PgxEnv(environment.Environment):
         with warnings.catch_warnings():  # pgx 2.6 deprecates player_id, with nothing in its place yet
             warnings.simplefilter("ignore", DeprecationWarning)
             board = self.game.observe(state.game, state.seat)  # the agent's view, whoever moved last
-        return {"observation": board.astype(jnp.float32), "legal_action_mask": state.game.legal_action_mask}
+        return {"observation": board.astype(jnp.float32), "action_mask": state.game.legal_action_mask}
 
     def reset_env(self, key, params):
         init_key, seat_key, reply_key = jax.random.split(key, 3)
         game = self.game.init(init_key)
         seat = jax.random.bernoulli(seat_key).astype(jnp.int32)
-        state = EnvState(game=self._opponent_moves(reply_key, game, seat), seat=seat)
+        state = EnvState(game=self._opponent_moves(reply_key, game, seat), seat=seat, time=jnp.zeros((), jnp.int32))
         return self._observation(state), state
 
     def step_env(self, key, state, action, params):
@@ -120,18 +122,19 @@ class PgxEnv(environment.Environment):
         reward = game.rewards[state.seat]
         replied = self._opponent_moves(key, game, state.seat)
         reward = reward + jnp.where(self._over(game), 0.0, replied.rewards[state.seat])
-        state = state.replace(game=replied)
+        state = state.replace(game=replied, time=state.time + 1)
         return self._observation(state), state, reward.astype(jnp.float32), replied.terminated, {}
 
     def is_truncated(self, state, params):
-        return state.game.truncated & ~state.game.terminated
+        cut_off = state.game.truncated | (state.time >= params.max_steps_in_episode)
+        return cut_off & ~state.game.terminated
 
     def observation_space(self, params=None):
         shape = tuple(self.game.observation_shape)
         return spaces.Dict(
             {
                 "observation": spaces.Box(0.0, 1.0, shape, jnp.float32),
-                "legal_action_mask": spaces.Box(0, 1, (self.num_actions,), jnp.bool_),
+                "action_mask": spaces.Box(0, 1, (self.num_actions,), jnp.bool_),
             }
         )
 
@@ -140,7 +143,9 @@ class PgxEnv(environment.Environment):
 
 
 def make(name: str, **overrides):
-    """``(PgxEnv(name), EnvParams())``: pgx games take no parameters."""
-    if overrides:
-        raise ValueError(f"pgx:{name} takes no env parameters, got {sorted(overrides)}")
-    return PgxEnv(name), EnvParams()
+    """``(PgxEnv(name), EnvParams(**overrides))``: the only parameter is
+    ``max_steps_in_episode``."""
+    unknown = sorted(set(overrides) - {"max_steps_in_episode"})
+    if unknown:
+        raise ValueError(f"unknown env parameter(s) {unknown} for pgx:{name}; its only one is max_steps_in_episode")
+    return PgxEnv(name), EnvParams(**overrides)
