@@ -1,8 +1,10 @@
 """Environments: ``make`` for every gymnax id, every id registered with :func:`register`
 (such as the partially observed tasks of :mod:`jaxrl.envs.partial`), and every id under
 a registered prefix: ``"gymnasium:<id>"`` (stepped on the host: see
-:mod:`jaxrl.envs.gymnasium`), ``"pgx:<game>"`` (:mod:`jaxrl.envs.pgx`) and a user's own;
-``EnvSpec``, and pure wrappers.
+:mod:`jaxrl.envs.gymnasium`), ``"pgx:<game>"`` (:mod:`jaxrl.envs.pgx`), the JAX suites
+(``"brax:"``, ``"craftax:"``, ``"navix:"``, ``"xminigrid:"``, ``"jumanji:"``: one
+adapter module each, ``jaxrl.envs.<suite>``, and an optional extra each) and a user's
+own; ``EnvSpec``, and pure wrappers.
 
 The env API is gymnax >= 1.0: ``reset(key, params) -> (obs, state)`` and
 ``step(key, state, action, params) -> (obs, state, reward, terminated, truncated, info)``
@@ -361,7 +363,7 @@ def register_adapter(suite: str) -> None:
     )
 
 
-for _suite in ("gymnasium", "pgx"):
+for _suite in ("gymnasium", "pgx", "brax", "craftax", "navix", "xminigrid", "jumanji"):
     register_adapter(_suite)
 
 # Last: the partially observed tasks register themselves with ``register`` above.
