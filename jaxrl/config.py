@@ -56,15 +56,14 @@ def require_choice(config, field: str, choices) -> None:
 def require_network(config, obs_ndim: int | tuple) -> None:
     """Check the ``network`` / ``hidden_sizes`` / ``activation`` fields an algorithm's
     networks are built from, against the env's observation dims (``EnvSpec.obs_ndim``)."""
-    from jaxrl.networks import ACTIVATIONS
+    from jaxrl.networks import ACTIVATIONS, NETWORKS, require_image_leaf
 
     sizes = config.hidden_sizes
     if not sizes or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in sizes):
         raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {sizes!r}")
     require_choice(config, "activation", ACTIVATIONS)
-    require_choice(config, "network", ("mlp", "cnn"))
-    if config.network == "cnn" and 3 not in ((obs_ndim,) if isinstance(obs_ndim, int) else obs_ndim):
-        raise ValueError(f"network='cnn' needs image observations [H, W, C], {config.env_id}'s have {obs_ndim} dims")
+    require_choice(config, "network", NETWORKS)  # "mlp", "cnn" (MinAtar), "nature_cnn", "impala_cnn"
+    require_image_leaf(config.network, obs_ndim, f"{config.env_id}'s observations")
 
 
 def require_range(config, field: str, low: float, high: float, low_open: bool = False, high_open: bool = False) -> None:

@@ -1,4 +1,5 @@
-"""Flax linen networks: MLP and MinAtar CNN torsos, actor-critic and Q heads, noisy layers."""
+"""Flax linen networks: MLP, MinAtar CNN and pixel CNN (Nature DQN, IMPALA) torsos,
+actor-critic and Q heads, noisy layers."""
 
 from __future__ import annotations
 
@@ -101,27 +102,164 @@ class MinAtarCNN(nn.Module):
 
     @nn.compact
     def __call__(self, obs):
-        act = activation_fn(self.activation)
-        ndims = (self.obs_ndim,) if isinstance(self.obs_ndim, int) else self.obs_ndim
-        leaves = [obs] if isinstance(self.obs_ndim, int) else jax.tree.leaves(obs)
-        batch_shape = leading_shape(obs, self.obs_ndim)
-        features = []
-        for x, ndim in zip(leaves, ndims, strict=True):
-            if ndim == 3:
-                x = x.reshape((-1,) + x.shape[-3:]).astype(jnp.float32)
-                x = act(nn.Conv(16, (3, 3), padding="VALID", kernel_init=orthogonal())(x))
-            features.append(x.reshape(batch_shape + (-1,)).astype(jnp.float32))
-        return MLP(self.hidden_sizes, self.activation)(jnp.concatenate(features, axis=-1))
+        features = image_features(obs, self.obs_ndim, minatar_conv(self.activation), scale_uint8=False)
+        return MLP(self.hidden_sizes, self.activation)(features)
+
+
+def minatar_conv(activation: str):
+    """MinAtar's image layer as a function for :func:`image_features`: a 3x3 convolution
+    with 16 filters, unpadded, then ``activation`` (built inside the calling module)."""
+    act = activation_fn(activation)
+    return lambda x: act(nn.Conv(16, (3, 3), padding="VALID", kernel_init=orthogonal())(x))
+
+
+def image_features(obs, obs_ndim: int | tuple, encode_image, scale_uint8: bool = True) -> jax.Array:
+    """Features ``[..., F]`` of an observation: each image leaf (3 observation dims,
+    ``[..., H, W, C]``) through ``encode_image([N, H, W, C] float32) -> [N, ...]`` (uint8
+    images scaled to ``[0, 1]`` if ``scale_uint8``), every other leaf flattened beside
+    it, concatenated in ``jax.tree.leaves`` order. Call it inside a compact module: the
+    layers ``encode_image`` builds belong to that module."""
+    ndims = (obs_ndim,) if isinstance(obs_ndim, int) else obs_ndim
+    leaves = [obs] if isinstance(obs_ndim, int) else jax.tree.leaves(obs)
+    batch_shape = leading_shape(obs, obs_ndim)
+    features = []
+    for x, ndim in zip(leaves, ndims, strict=True):
+        if ndim == 3:
+            image = x.reshape((-1,) + x.shape[-3:]).astype(jnp.float32)
+            x = encode_image(image / 255.0 if scale_uint8 and x.dtype == jnp.uint8 else image)
+        features.append(x.reshape(batch_shape + (-1,)).astype(jnp.float32))
+    return features[0] if len(features) == 1 else jnp.concatenate(features, axis=-1)
+
+
+class NatureEncoder(nn.Module):
+    """The convolutions of the Nature DQN network (Mnih et al., 2015): 32 filters 8x8
+    stride 4, 64 filters 4x4 stride 2, 64 filters 3x3 stride 1, each unpadded and
+    followed by a ReLU. ``[N, H, W, C] -> [N, H3 * W3 * 64]``; images of at least 36x36
+    (84x84 in the paper: 7x7x64 = 3136 features)."""
+
+    LAYERS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))  # (filters, kernel, stride)
+
+    @nn.compact
+    def __call__(self, x):
+        size = x.shape[-3:-1]
+        for features, kernel, stride in self.LAYERS:
+            if min(x.shape[-3:-1]) < kernel:
+                raise ValueError(f"network='nature_cnn' needs images of at least 36x36, got {size[0]}x{size[1]}")
+            x = nn.Conv(features, (kernel, kernel), (stride, stride), padding="VALID", kernel_init=orthogonal())(x)
+            x = nn.relu(x)
+        return x.reshape(x.shape[0], -1)
+
+
+class ImpalaResidualBlock(nn.Module):
+    """``x + conv(relu(conv(relu(x))))``, both convolutions 3x3 stride 1 with
+    ``channels`` filters and same padding."""
+
+    channels: int
+
+    @nn.compact
+    def __call__(self, x):
+        y = nn.Conv(self.channels, (3, 3), padding="SAME", kernel_init=orthogonal())(nn.relu(x))
+        y = nn.Conv(self.channels, (3, 3), padding="SAME", kernel_init=orthogonal())(nn.relu(y))
+        return x + y
+
+
+class ImpalaStack(nn.Module):
+    """One stack of the IMPALA network: a 3x3 convolution with ``channels`` filters (same
+    padding), a 3x3 max-pool of stride 2 (same padding: ``[H, W] -> [ceil(H / 2),
+    ceil(W / 2)]``), two :class:`ImpalaResidualBlock` s."""
+
+    channels: int
+
+    @nn.compact
+    def __call__(self, x):
+        x = nn.Conv(self.channels, (3, 3), padding="SAME", kernel_init=orthogonal())(x)
+        x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
+        x = ImpalaResidualBlock(self.channels)(x)
+        return ImpalaResidualBlock(self.channels)(x)
+
+
+class ImpalaEncoder(nn.Module):
+    """The convolutions of the IMPALA network (Espeholt et al., 2018): three stacks of a
+    3x3 convolution (``channels`` 16, 32, 32; same padding), a 3x3 max-pool of stride 2
+    (same padding) and two :class:`ImpalaResidualBlock` s (:class:`ImpalaStack`), then a
+    ReLU.
+    ``[N, H, W, C] -> [N, ceil(H / 8) * ceil(W / 8) * 32]``."""
+
+    channels: Sequence[int] = (16, 32, 32)
+
+    @nn.compact
+    def __call__(self, x):
+        for channels in self.channels:
+            x = ImpalaStack(channels)(x)
+        x = nn.relu(x)
+        return x.reshape(x.shape[0], -1)
+
+
+PIXEL_ENCODERS = {"nature_cnn": NatureEncoder, "impala_cnn": ImpalaEncoder}
+
+
+class ObservationEncoder(nn.Module):
+    """An observation's features before any dense layer (``kind`` a network choice):
+    ``"mlp"`` flattens every leaf (:func:`flatten_observation`); ``"cnn"`` runs each
+    image leaf through a MinAtar convolution (16 filters 3x3, ``activation``);
+    ``"nature_cnn"`` / ``"impala_cnn"`` through its own :class:`NatureEncoder` /
+    :class:`ImpalaEncoder` (uint8 images scaled to ``[0, 1]``); other leaves are
+    flattened beside the images (:func:`image_features`). Output ``[..., F]``."""
+
+    kind: str = "mlp"
+    activation: str = "relu"
+    obs_ndim: int | tuple = 1
+
+    @nn.compact
+    def __call__(self, obs):
+        if self.kind == "mlp":
+            return flatten_observation(obs, self.obs_ndim)
+        if self.kind == "cnn":  # MinAtar grids are not pixel intensities: no uint8 scaling
+            return image_features(obs, self.obs_ndim, minatar_conv(self.activation), scale_uint8=False)
+        return image_features(obs, self.obs_ndim, lambda image: PIXEL_ENCODERS[self.kind]()(image))
+
+
+class PixelCNN(nn.Module):
+    """A pixel torso: :class:`ObservationEncoder` of ``kind`` (``"nature_cnn"`` or
+    ``"impala_cnn"``: one encoder per image leaf, other leaves flattened beside) then
+    dense layers ``hidden_sizes`` with ``activation``. ``hidden_sizes=(512,)`` with
+    ``"relu"`` is the Nature DQN torso, ``(256,)`` the IMPALA one. Output ``[...,
+    hidden_sizes[-1]]``."""
+
+    kind: str = "nature_cnn"
+    hidden_sizes: Sequence[int] = (512,)
+    activation: str = "relu"
+    obs_ndim: int | tuple = 3
+
+    @nn.compact
+    def __call__(self, obs):
+        features = ObservationEncoder(self.kind, self.activation, self.obs_ndim, name="encoder")(obs)
+        return MLP(self.hidden_sizes, self.activation)(features)
+
+
+NETWORKS = ("mlp", "cnn", "nature_cnn", "impala_cnn")
+
+
+def require_image_leaf(kind: str, obs_ndim: int | tuple, where: str = "observations") -> None:
+    """ValueError unless ``kind`` is a network choice and, for a CNN, the observation
+    (``obs_ndim``: an int, or a tuple per leaf) has an image leaf ``[H, W, C]``."""
+    if kind not in NETWORKS:
+        raise ValueError(f"network must be one of {NETWORKS}, got {kind!r}")
+    if kind != "mlp" and 3 not in ((obs_ndim,) if isinstance(obs_ndim, int) else obs_ndim):
+        raise ValueError(f"network={kind!r} needs image observations [H, W, C], {where} have {obs_ndim} dims")
 
 
 def torso(kind: str, hidden_sizes, activation: str, obs_ndim: int | tuple) -> nn.Module:
+    """The torso of a network choice (:data:`NETWORKS`): ``"mlp"`` (:class:`MLP`),
+    ``"cnn"`` (:class:`MinAtarCNN`), ``"nature_cnn"`` / ``"impala_cnn"``
+    (:class:`PixelCNN`). Every torso ends with dense layers ``hidden_sizes``: output
+    ``[..., hidden_sizes[-1]]``."""
+    require_image_leaf(kind, obs_ndim)
     if kind == "mlp":
         return MLP(tuple(hidden_sizes), activation, obs_ndim)
     if kind == "cnn":
-        if 3 not in ((obs_ndim,) if isinstance(obs_ndim, int) else obs_ndim):
-            raise ValueError(f"network='cnn' needs image observations [H, W, C], got {obs_ndim} observation dims")
         return MinAtarCNN(tuple(hidden_sizes), activation, obs_ndim)
-    raise ValueError(f"network must be 'mlp' or 'cnn', got {kind!r}")
+    return PixelCNN(kind, tuple(hidden_sizes), activation, obs_ndim)
 
 
 MEMORY_KINDS = ("none", "gru", "lstm")
@@ -401,16 +539,22 @@ def ensemble(module: type[nn.Module], size: int) -> type[nn.Module]:
 
 
 class ContinuousQ(nn.Module):
-    """``Q(s, a)`` for continuous actions: an MLP on the flattened observation
-    concatenated with the action ``[..., A]``. Returns ``[...]``."""
+    """``Q(s, a)`` for continuous actions: the observation's features (flattened for
+    ``network="mlp"``; with a CNN choice, each image leaf through its convolutions, as
+    :class:`ObservationEncoder`) concatenated with the action ``[..., A]``, then an MLP
+    of ``hidden_sizes`` and a linear output. Returns ``[...]``."""
 
     hidden_sizes: Sequence[int] = (256, 256)
     activation: str = "relu"
     obs_ndim: int | tuple = 1
+    network: str = "mlp"
 
     @nn.compact
     def __call__(self, obs, action):
-        obs = flatten_observation(obs, self.obs_ndim)
+        if self.network == "mlp":  # no encoder module: the MLP critic's parameters as they always were
+            obs = flatten_observation(obs, self.obs_ndim)
+        else:
+            obs = ObservationEncoder(self.network, self.activation, self.obs_ndim, name="encoder")(obs)
         x = MLP(self.hidden_sizes, self.activation)(jnp.concatenate([obs, action.astype(jnp.float32)], axis=-1))
         return nn.Dense(1, kernel_init=orthogonal(1.0))(x)[..., 0]
 
@@ -503,10 +647,11 @@ class RecurrentContinuousQ(nn.Module):
     memory: str = "gru"
     memory_size: int = 128
     num_critics: int = 2
+    network: str = "mlp"  # the encoder's torso (:func:`torso`)
 
     def setup(self):
         require_memory(self.memory)
-        self.torso = MLP(tuple(self.hidden_sizes), self.activation, self.obs_ndim)
+        self.torso = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)
         self.core = RecurrentCore(self.memory, self.memory_size)
         self.heads = ensemble(ContinuousQ, self.num_critics)(self.hidden_sizes, self.activation, 1)
 

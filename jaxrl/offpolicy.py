@@ -20,6 +20,7 @@ import numpy as np
 from jaxrl import envs, loop, networks, rollout
 from jaxrl.buffers import prioritized, replay, sequence
 from jaxrl.config import require_int
+from jaxrl.distributions import mask_actions
 
 
 class ReplaySchedule:
@@ -152,9 +153,13 @@ def check_sequence_replay(config, bootstrap_steps: int) -> None:
         )
 
 
-def random_actions(key: jax.Array, spec: envs.EnvSpec, num: int) -> jax.Array:
-    """``num`` uniformly random actions: int32 ``[num]`` for a discrete space, float
+def random_actions(key: jax.Array, spec: envs.EnvSpec, num: int, obs=None) -> jax.Array:
+    """``num`` uniformly random actions: int32 ``[num]`` for a discrete space (uniform
+    over the allowed actions where ``obs [num, ...]`` carries an action mask), float
     ``[num, *action_shape]`` within the bounds of a Box."""
+    if spec.discrete and spec.action_mask and obs is not None:
+        logits = jnp.zeros((num, spec.num_actions), jnp.float32)
+        return jax.random.categorical(key, mask_actions(logits, obs[envs.ACTION_MASK])).astype(jnp.int32)
     if spec.discrete:
         return jax.random.randint(key, (num,), 0, spec.num_actions, jnp.int32)
     return spec.from_unit(jax.random.uniform(key, (num,) + spec.action_shape, jnp.float32, -1.0, 1.0))
@@ -174,8 +179,8 @@ def initial_carry(config, batch_size: int):
 def encode(module, params, obs: jax.Array, carry, reset: jax.Array | None = None):
     """``(features [T, B, memory_size], carry)``: a recurrent actor's or critic's
     encoder (:class:`jaxrl.networks.RecurrentActor`, ``RecurrentContinuousQ``) over ``obs
-    [T, B, *obs_shape]`` entered with ``carry``, ``reset [T, B]`` True where step ``t``
-    begins an episode (None: nowhere)."""
+    [T, B, *obs_shape]`` (or a pytree of such leaves) entered with ``carry``, ``reset [T,
+    B]`` True where step ``t`` begins an episode (None: nowhere)."""
     return module.apply(params, obs, carry, reset, method="encode")
 
 
@@ -289,7 +294,7 @@ def random_step(state, key: jax.Array, config, learner_metrics):
     """A warm-up iteration: uniformly random actions (:func:`random_actions`) stored in
     the buffer, no updates; the ``learner_metrics`` are NaN."""
     spec = envs.config_spec(config)
-    state, metrics = collect(state, lambda obs, k: random_actions(k, spec, config.num_envs), key, config)
+    state, metrics = collect(state, lambda obs, k: random_actions(k, spec, config.num_envs, obs), key, config)
     metrics.update(nan_metrics(learner_metrics))
     return state, metrics
 
@@ -345,7 +350,17 @@ def window_steps(batch: dict, config) -> dict:
     """A :func:`sample_windows` batch's per-step fields, time-major over the trained
     steps after the burn-in: leaves ``[L - burn_in, B, ...]``."""
     names = ("obs", "action", "reward", "discount", "terminated", "truncated", "next_obs")
-    return {name: jnp.swapaxes(batch[name], 0, 1)[config.burn_in :] for name in names}
+    return {name: jax.tree.map(lambda x: time_major(x)[config.burn_in :], batch[name]) for name in names}
+
+
+def time_major(x: jax.Array) -> jax.Array:
+    """``[B, L, ...] -> [L, B, ...]``."""
+    return jnp.swapaxes(x, 0, 1)
+
+
+def add_time(obs):
+    """Observations ``[B, ...]`` (an array or a pytree) as a sequence of one step ``[1, B, ...]``."""
+    return jax.tree.map(lambda x: x[None], obs)
 
 
 def window_features(module, params, batch: dict, name: str, config, next_obs: bool = False):
@@ -357,24 +372,25 @@ def window_features(module, params, batch: dict, name: str, config, next_obs: bo
     Returns, time-major over the ``T = L - burn_in`` trained steps, ``features [T, B,
     memory_size]`` at each ``obs`` and, with ``next_obs``, the features at each step's
     ``next_obs`` from the memory after that step, before any reset (else None)."""
-    obs = jnp.swapaxes(batch["obs"], 0, 1)
-    reset = rollout.episode_starts(jnp.swapaxes(batch["terminated"] | batch["truncated"], 0, 1))
+    obs = jax.tree.map(time_major, batch["obs"])
+    reset = rollout.episode_starts(time_major(batch["terminated"] | batch["truncated"]))
     carry = batch["carry"][name]
-    if config.burn_in > 0:
+    burn_in = config.burn_in
+    if burn_in > 0:
         frozen = jax.lax.stop_gradient(params)
-        _, carry = encode(module, frozen, obs[: config.burn_in], carry, reset[: config.burn_in])
+        _, carry = encode(module, frozen, jax.tree.map(lambda x: x[:burn_in], obs), carry, reset[:burn_in])
         carry = jax.lax.stop_gradient(carry)
-    obs, reset = obs[config.burn_in :], reset[config.burn_in :]
+    obs, reset = jax.tree.map(lambda x: x[burn_in:], obs), reset[burn_in:]
     if not next_obs:
         return encode(module, params, obs, carry, reset)[0], None
 
     def one_step(carry, inputs):  # one step at a time: next_obs needs the memory after every step
         obs_t, next_obs_t, reset_t = inputs
-        features_t, carry = encode(module, params, obs_t[None], carry, reset_t[None])
-        next_features_t, _ = encode(module, params, next_obs_t[None], carry)
+        features_t, carry = encode(module, params, add_time(obs_t), carry, reset_t[None])
+        next_features_t, _ = encode(module, params, add_time(next_obs_t), carry)
         return carry, (features_t[0], next_features_t[0])
 
-    next_obs = jnp.swapaxes(batch["next_obs"], 0, 1)[config.burn_in :]
+    next_obs = jax.tree.map(lambda x: time_major(x)[burn_in:], batch["next_obs"])
     _, (features, next_features) = jax.lax.scan(one_step, carry, (obs, next_obs, reset))
     return features, next_features
 

@@ -56,6 +56,125 @@ def test_unknown_network_or_activation_is_a_clear_error():
         ActorCritic(action_dim=2, discrete=True, network="cnn").init(jax.random.key(0), obs)
 
 
+# ----------------------------------------------------------------------------- pixel encoders
+
+
+def conv_out(size: int, kernel: int, stride: int, padding: str) -> int:
+    """A convolution's or pool's output size along one axis (TensorFlow / Flax rules)."""
+    return -(-size // stride) if padding == "SAME" else (size - kernel) // stride + 1
+
+
+def nature_layout(h, w, c):
+    """The Nature DQN torso's parameter shapes for an image ``[h, w, c]``, by the layer
+    arithmetic: conv 32 8x8 /4, conv 64 4x4 /2, conv 64 3x3 /1 (unpadded), dense."""
+    shapes, channels = {}, c
+    for i, (filters, k, stride) in enumerate(((32, 8, 4), (64, 4, 2), (64, 3, 1))):
+        shapes[f"Conv_{i}"] = (k, k, channels, filters)
+        h, w, channels = conv_out(h, k, stride, "VALID"), conv_out(w, k, stride, "VALID"), filters
+    return shapes, h * w * channels
+
+
+def impala_layout(h, w, c):
+    """The IMPALA torso's conv shapes and its flattened features for ``[h, w, c]``: per
+    stack a 3x3 conv, a 3x3 /2 same max-pool, two residual blocks of two 3x3 convs."""
+    shapes, channels = {}, c
+    for i, filters in enumerate((16, 32, 32)):
+        shapes[f"ImpalaStack_{i}/Conv_0"] = (3, 3, channels, filters)
+        for j in range(2):
+            for k in range(2):
+                shapes[f"ImpalaStack_{i}/ImpalaResidualBlock_{j}/Conv_{k}"] = (3, 3, filters, filters)
+        h, w, channels = conv_out(h, 3, 2, "SAME"), conv_out(w, 3, 2, "SAME"), filters
+    return shapes, h * w * channels
+
+
+def kernel_shapes(tree, prefix=""):
+    """``{"path/to/module": kernel shape}`` of every kernel in a params tree."""
+    out = {}
+    for name, sub in tree.items():
+        if name == "kernel":
+            out[prefix.rstrip("/")] = sub.shape
+        elif isinstance(sub, dict):
+            out.update(kernel_shapes(sub, f"{prefix}{name}/"))
+    return out
+
+
+@pytest.mark.parametrize("image", [(84, 84, 4), (36, 36, 3), (40, 52, 2)])
+def test_nature_cnn_shapes_follow_the_layer_arithmetic(image):
+    torso = networks.torso("nature_cnn", (512,), "relu", 3)
+    obs = jnp.zeros((2, 5) + image, jnp.uint8)  # extra leading batch dims are kept
+    params = torso.init(jax.random.key(0), obs)
+    convs, features = nature_layout(*image)
+    assert features == 3136 or image != (84, 84, 4)  # the paper's 7 x 7 x 64 from 84 x 84
+    expected = {f"encoder/NatureEncoder_0/{name}": shape for name, shape in convs.items()}
+    expected["MLP_0/Dense_0"] = (features, 512)
+    assert kernel_shapes(params["params"]) == expected
+    assert torso.apply(params, obs).shape == (2, 5, 512)
+
+
+@pytest.mark.parametrize("image", [(64, 64, 3), (36, 36, 3), (21, 10, 1)])
+def test_impala_cnn_shapes_follow_the_layer_arithmetic(image):
+    torso = networks.torso("impala_cnn", (256,), "relu", 3)
+    obs = jnp.zeros((4,) + image, jnp.float32)
+    params = torso.init(jax.random.key(0), obs)
+    convs, features = impala_layout(*image)
+    expected = {f"encoder/ImpalaEncoder_0/{name}": shape for name, shape in convs.items()}
+    expected["MLP_0/Dense_0"] = (features, 256)
+    assert kernel_shapes(params["params"]) == expected
+    assert len(convs) == 15 and torso.apply(params, obs).shape == (4, 256)
+
+
+@pytest.mark.parametrize("kind", ["nature_cnn", "impala_cnn"])
+def test_pixel_cnn_encodes_each_image_leaf_and_flattens_the_rest(kind):
+    # {"image": [36, 36, 3] uint8, "pixels": [36, 36, 1], "vector": [5]}: leaves in
+    # jax.tree.leaves order (image, pixels, vector), obs_ndim (3, 3, 1).
+    obs = {
+        "vector": jnp.ones((3, 5)),
+        "image": jnp.zeros((3, 36, 36, 3), jnp.uint8),
+        "pixels": jnp.zeros((3, 36, 36, 1)),
+    }
+    torso = networks.torso(kind, (32, 16), "tanh", (3, 3, 1))
+    params = torso.init(jax.random.key(0), obs)
+    layout = nature_layout if kind == "nature_cnn" else impala_layout
+    (image_convs, image_features), (pixel_convs, pixel_features) = layout(36, 36, 3), layout(36, 36, 1)
+    encoder = "NatureEncoder" if kind == "nature_cnn" else "ImpalaEncoder"
+    expected = {f"encoder/{encoder}_0/{name}": shape for name, shape in image_convs.items()}
+    expected.update({f"encoder/{encoder}_1/{name}": shape for name, shape in pixel_convs.items()})
+    expected["MLP_0/Dense_0"] = (image_features + pixel_features + 5, 32)
+    expected["MLP_0/Dense_1"] = (32, 16)
+    assert kernel_shapes(params["params"]) == expected
+    assert torso.apply(params, obs).shape == (3, 16)
+
+
+@pytest.mark.parametrize("kind", ["nature_cnn", "impala_cnn"])
+def test_pixel_cnn_scales_uint8_images_to_the_unit_interval(kind):
+    torso = networks.torso(kind, (8,), "relu", 3)
+    pixels = jax.random.randint(jax.random.key(1), (2, 36, 36, 3), 0, 256).astype(jnp.uint8)
+    params = torso.init(jax.random.key(0), pixels)
+    scaled = torso.apply(params, pixels.astype(jnp.float32) / 255.0)
+    np.testing.assert_allclose(torso.apply(params, pixels), scaled, rtol=1e-6, atol=1e-6)
+    assert not np.allclose(torso.apply(params, pixels.astype(jnp.float32)), scaled)  # floats are not scaled
+
+
+def test_pixel_cnn_errors():
+    with pytest.raises(ValueError, match="'nature_cnn' needs image observations"):
+        networks.torso("nature_cnn", (8,), "relu", (1, 1))
+    with pytest.raises(ValueError, match="at least 36x36"):
+        networks.torso("nature_cnn", (8,), "relu", 3).init(jax.random.key(0), jnp.zeros((1, 35, 40, 3)))
+    with pytest.raises(ValueError, match="network must be one of"):
+        networks.torso("resnet", (8,), "relu", 3)
+
+
+@pytest.mark.parametrize("kind", ["cnn", "nature_cnn"])
+def test_continuous_q_encodes_images_then_concatenates_the_action(kind):
+    q = networks.ensemble(networks.ContinuousQ, 2)((16,), "relu", (3, 1), kind)
+    obs = {"image": jnp.zeros((4, 36, 36, 3)), "vector": jnp.zeros((4, 2))}
+    params = q.init(jax.random.key(0), obs, jnp.zeros((4, 3)))
+    shapes = kernel_shapes(params["params"])
+    features = 34 * 34 * 16 if kind == "cnn" else nature_layout(36, 36, 3)[1]
+    assert shapes["MLP_0/Dense_0"] == (2, features + 2 + 3, 16)  # image features, vector, action
+    assert q.apply(params, obs, jnp.zeros((4, 3))).shape == (2, 4)
+
+
 @pytest.mark.parametrize("shape", [(7, 7), (12, 5), (40, 3)])
 def test_orthonormal_columns_equal_numpy_qr_with_a_positive_diagonal(shape):
     matrix = np.random.default_rng(sum(shape)).normal(size=shape)

@@ -12,6 +12,12 @@ Actions: the actor's ``tanh`` output in ``[-1, 1]`` is mapped onto the env's Box
 bounds; exploration adds Gaussian noise of ``exploration_noise`` times the half-range.
 The buffer stores env actions; the critics see them mapped back to ``[-1, 1]``.
 
+Observations are arrays or dicts / tuples of arrays (goal-conditioned tasks, images
+beside vectors): ``network="mlp"`` flattens and concatenates the leaves; ``"cnn"``
+(MinAtar), ``"nature_cnn"`` and ``"impala_cnn"`` send each image leaf through its own
+convolutions (:func:`jaxrl.networks.torso`). The actor and every critic have their own
+encoder; a critic concatenates the action to its encoder's features, then dense layers.
+
 ``memory="gru"`` or ``"lstm"`` makes it recurrent DDPG / TD3, the sequence learner of
 recurrent SAC (:mod:`jaxrl.algorithms.sac`) with a deterministic actor: the actor and
 the critics each have their own recurrent encoder (the Q heads share the critics'),
@@ -70,7 +76,7 @@ class Config(offpolicy.ReplaySchedule):
     learning_starts: int = static(1_000)  # random-action env steps before the first update
     total_timesteps: int = static(20_000)
     n_step: int = static(1)  # n-step targets (stop at episode ends)
-    network: str = static("mlp")
+    network: str = static("mlp")  # or "cnn" (MinAtar), "nature_cnn", "impala_cnn": image leaves through convolutions
     hidden_sizes: tuple = static((64, 64))  # small nets suit classic control; (256, 256) for MuJoCo
     activation: str = static("relu")
     twin_critics: bool = static(False)
@@ -102,10 +108,7 @@ class Config(offpolicy.ReplaySchedule):
                 "so every iteration runs whole actor-update periods"
             )
         spec = offpolicy.require_box_actions(self, self.ALGORITHM)
-        envs.require_array_observations(self, self.ALGORITHM)
         require_network(self, spec.obs_ndim)
-        if self.network != "mlp":
-            raise ValueError(f"network must be 'mlp' for continuous-action critics, got {self.network!r}")
         require_choice(self, "memory", networks.MEMORY_KINDS)
         if self.memory != "none":
             if self.n_step != 1:
@@ -135,8 +138,11 @@ def env_spec(config: Config) -> envs.EnvSpec:
 
 
 def make_actor(config: Config) -> Actor | RecurrentActor:
+    """The deterministic actor: the ``network`` torso (:func:`jaxrl.networks.torso`) on
+    the observation (any pytree of leaves), a ``tanh`` head; with ``memory`` a
+    :class:`RecurrentActor`."""
     spec = env_spec(config)
-    layout = (config.network, config.hidden_sizes, config.activation, len(spec.obs_shape))
+    layout = (config.network, config.hidden_sizes, config.activation, spec.obs_ndim)
     if config.memory != "none":
         return RecurrentActor(
             int(np.prod(spec.action_shape)), "deterministic", *layout, config.memory, config.memory_size
@@ -146,15 +152,23 @@ def make_actor(config: Config) -> Actor | RecurrentActor:
 
 def make_critic(config: Config, num_critics: int | None = None):
     """Q-critics ``(obs [B, ...], unit action [B, A]) -> [num_critics, B]``; by default
-    two with ``twin_critics``, else one. With ``memory`` a :class:`RecurrentContinuousQ`
-    (one encoder, the Q heads on its output)."""
+    two with ``twin_critics``, else one: each encodes the observation (the ``network``'s
+    convolutions for image leaves; flattened for ``"mlp"``), concatenates the action and
+    applies dense layers. With ``memory`` a :class:`RecurrentContinuousQ` (one encoder, a
+    ``network`` torso and a core, the Q heads on its output)."""
     num_critics = num_critics or (2 if config.twin_critics else 1)
-    obs_ndim = len(env_spec(config).obs_shape)
+    obs_ndim = env_spec(config).obs_ndim
     if config.memory != "none":
         return RecurrentContinuousQ(
-            config.hidden_sizes, config.activation, obs_ndim, config.memory, config.memory_size, num_critics
+            config.hidden_sizes,
+            config.activation,
+            obs_ndim,
+            config.memory,
+            config.memory_size,
+            num_critics,
+            config.network,
         )
-    return ensemble(ContinuousQ, num_critics)(config.hidden_sizes, config.activation, obs_ndim)
+    return ensemble(ContinuousQ, num_critics)(config.hidden_sizes, config.activation, obs_ndim, config.network)
 
 
 def make_optimizer(config: Config) -> optax.GradientTransformation:
@@ -176,17 +190,18 @@ def init(key: jax.Array, config: Config) -> State:
     env, env_params = offpolicy.make_env(config)
     actor_key, critic_key, env_key = jax.random.split(key, 3)
     obs, env_state = rollout.reset(env, env_params, env_key, config.num_envs)
-    action = jnp.zeros((config.num_envs,) + env_spec(config).action_shape, jnp.float32)
+    spec = env_spec(config)
+    action = jnp.zeros((config.num_envs,) + spec.action_shape, jnp.float32)
     carry = initial_carry(config, config.num_envs)
     if config.memory != "none":  # sequences of one step
         one = initial_carry(config, 1)
         unit = action[None, :1].reshape(1, 1, -1)
-        actor_params = make_actor(config).init(actor_key, obs[None, :1], one["actor"])
-        critic_params = make_critic(config).init(critic_key, obs[None, :1], unit, one["critic"])
+        actor_params = make_actor(config).init(actor_key, spec.zeros((1, 1)), one["actor"])
+        critic_params = make_critic(config).init(critic_key, spec.zeros((1, 1)), unit, one["critic"])
         buffer = offpolicy.init_sequence_buffer(obs, action, carry, config)
     else:
-        actor_params = make_actor(config).init(actor_key, obs[:1])
-        critic_params = make_critic(config).init(critic_key, obs[:1], action[:1])
+        actor_params = make_actor(config).init(actor_key, spec.zeros((1,)))
+        critic_params = make_critic(config).init(critic_key, spec.zeros((1,)), action[:1].reshape(1, -1))
         buffer = offpolicy.init_buffer(obs, action, config)
     optimizer = make_optimizer(config)
     return State(
@@ -220,7 +235,7 @@ def act(params: dict, obs: jax.Array, carry, key: jax.Array, config: Config, det
     spec = env_spec(config)
     if config.memory != "none":
         actor = make_actor(config)
-        features, actor_carry = offpolicy.encode(actor, params["actor"], obs[None], carry["actor"])
+        features, actor_carry = offpolicy.encode(actor, params["actor"], offpolicy.add_time(obs), carry["actor"])
         unit, carry = actor.apply(params["actor"], features[0], method="policy"), {**carry, "actor": actor_carry}
     else:
         unit = make_actor(config).apply(params["actor"], obs)
@@ -364,7 +379,8 @@ def collect(state: State, key: jax.Array, config: Config, uniform: bool = False)
         action, carry = act(params, obs, carry, act_key, config)
         if uniform:
             action = offpolicy.random_actions(random_key, spec, config.num_envs)
-        _, critic_carry = offpolicy.encode(make_critic(config), critic_params, obs[None], carry["critic"])
+        critic = make_critic(config)
+        _, critic_carry = offpolicy.encode(critic, critic_params, offpolicy.add_time(obs), carry["critic"])
         return action, {**carry, "critic": critic_carry}
 
     return offpolicy.collect_recurrent(state, policy, key, config)

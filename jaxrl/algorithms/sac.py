@@ -5,7 +5,16 @@ automatic tuning of ``alpha`` toward a target entropy.
 Continuous actions: a tanh-squashed Gaussian mapped onto the env's Box bounds (the
 log-density carries the tanh correction). ``discrete=True``: a categorical policy and
 critics that output every action's value (Christodoulou, 2019), with exact
-expectations over actions in place of samples.
+expectations over actions in place of samples; where observations carry an action mask
+(``obs["action_mask"]``), masked actions have probability 0 and are never sampled, in
+warm-up too.
+
+Observations are arrays or dicts / tuples of arrays (goal-conditioned tasks, images
+beside vectors): ``network="mlp"`` flattens and concatenates the leaves; ``"cnn"``
+(MinAtar), ``"nature_cnn"`` and ``"impala_cnn"`` send each image leaf through its own
+convolutions (:func:`jaxrl.networks.torso`). The actor and every critic have their own
+encoder; a continuous critic concatenates the action to its encoder's features, then
+dense layers.
 
 ``memory="gru"`` or ``"lstm"`` makes it recurrent SAC (as in Ni et al., 2022, "Recurrent
 Model-Free RL Can Be a Strong Baseline for Many POMDPs"): the actor and the critics each
@@ -34,7 +43,7 @@ from flax import struct
 
 from jaxrl import envs, evaluation, loop, networks, offpolicy, optim, rollout
 from jaxrl.config import freeze_mapping, require_choice, require_network, require_range, static
-from jaxrl.distributions import Categorical, TanhNormal
+from jaxrl.distributions import Categorical, TanhNormal, mask_actions
 from jaxrl.networks import Actor, ContinuousQ, QNetwork, RecurrentActor, RecurrentContinuousQ, ensemble
 from jaxrl.types import TrainOutput
 
@@ -67,7 +76,7 @@ class Config(offpolicy.ReplaySchedule):
     learning_starts: int = static(1_000)  # random-action env steps before the first update
     total_timesteps: int = static(20_000)
     n_step: int = static(1)  # n-step targets (the entropy bonus of the last step only)
-    network: str = static("mlp")  # "cnn" (MinAtar) only with discrete=True
+    network: str = static("mlp")  # or "cnn" (MinAtar), "nature_cnn", "impala_cnn": image leaves through convolutions
     hidden_sizes: tuple = static((64, 64))  # small nets suit classic control; (256, 256) for MuJoCo
     activation: str = static("relu")
     autotune: bool = static(True)  # learn alpha; False keeps it at ``alpha``
@@ -103,10 +112,7 @@ class Config(offpolicy.ReplaySchedule):
                     "set discrete=True for SAC's categorical policy"
                 )
             offpolicy.require_box_actions(self, "SAC")
-        envs.require_array_observations(self, "sac")
         require_network(self, spec.obs_ndim)
-        if self.network != "mlp" and not self.discrete:
-            raise ValueError(f"network must be 'mlp' for continuous-action critics, got {self.network!r}")
         require_choice(self, "memory", networks.MEMORY_KINDS)
         if self.memory != "none":
             if self.discrete:
@@ -144,6 +150,10 @@ def _action_dim(config: Config) -> int:
 
 
 def make_actor(config: Config) -> Actor | RecurrentActor:
+    """The policy network: the ``network`` torso (:func:`jaxrl.networks.torso`) on the
+    observation (any pytree of leaves), a Gaussian or (``discrete``) categorical head;
+    with ``memory`` a :class:`RecurrentActor`."""
+    obs_ndim = env_spec(config).obs_ndim
     if config.memory != "none":
         return RecurrentActor(
             _action_dim(config),
@@ -151,7 +161,7 @@ def make_actor(config: Config) -> Actor | RecurrentActor:
             config.network,
             config.hidden_sizes,
             config.activation,
-            len(env_spec(config).obs_shape),
+            obs_ndim,
             config.memory,
             config.memory_size,
         )
@@ -161,22 +171,26 @@ def make_actor(config: Config) -> Actor | RecurrentActor:
         config.network,
         config.hidden_sizes,
         config.activation,
-        len(env_spec(config).obs_shape),
+        obs_ndim,
     )
 
 
 def make_critic(config: Config):
     """Twin critics: ``(obs, unit action [B, A]) -> [2, B]``, or with ``discrete``
-    ``obs -> [2, B, num_actions]``; with ``memory`` a :class:`RecurrentContinuousQ`
-    (one encoder, twin heads)."""
-    obs_ndim = len(env_spec(config).obs_shape)
+    ``obs -> [2, B, num_actions]`` (a ``network`` torso, then a linear head). A
+    continuous critic encodes the observation (the ``network``'s convolutions for image
+    leaves; flattened for ``"mlp"``), concatenates the action and applies dense layers.
+    With ``memory`` a :class:`RecurrentContinuousQ` (one encoder, twin heads)."""
+    obs_ndim = env_spec(config).obs_ndim
     if config.memory != "none":
-        return RecurrentContinuousQ(config.hidden_sizes, config.activation, obs_ndim, config.memory, config.memory_size)
+        return RecurrentContinuousQ(
+            config.hidden_sizes, config.activation, obs_ndim, config.memory, config.memory_size, 2, config.network
+        )
     if config.discrete:
         return ensemble(QNetwork, 2)(
             _action_dim(config), config.network, config.hidden_sizes, config.activation, obs_ndim
         )
-    return ensemble(ContinuousQ, 2)(config.hidden_sizes, config.activation, obs_ndim)
+    return ensemble(ContinuousQ, 2)(config.hidden_sizes, config.activation, obs_ndim, config.network)
 
 
 def make_optimizer(config: Config) -> optax.GradientTransformation:
@@ -217,13 +231,15 @@ def init(key: jax.Array, config: Config) -> State:
         action = jnp.zeros((config.num_envs,) + spec.action_shape, jnp.float32)
     if config.memory != "none":  # sequences of one step
         one = initial_carry(config, 1)
-        critic_params = make_critic(config).init(critic_key, obs[None, :1], action[None, :1], one["critic"])
-        actor_params = make_actor(config).init(actor_key, obs[None, :1], one["actor"])
+        unit = action[None, :1].reshape(1, 1, -1)
+        critic_params = make_critic(config).init(critic_key, spec.zeros((1, 1)), unit, one["critic"])
+        actor_params = make_actor(config).init(actor_key, spec.zeros((1, 1)), one["actor"])
         buffer = offpolicy.init_sequence_buffer(obs, action, carry, config)
     else:
-        critic_inputs = (obs[:1],) if config.discrete else (obs[:1], action[:1].reshape(1, -1))
+        one_obs = spec.zeros((1,))
+        critic_inputs = (one_obs,) if config.discrete else (one_obs, action[:1].reshape(1, -1))
         critic_params = make_critic(config).init(critic_key, *critic_inputs)
-        actor_params = make_actor(config).init(actor_key, obs[:1])
+        actor_params = make_actor(config).init(actor_key, one_obs)
         buffer = offpolicy.init_buffer(obs, action, config)
     log_alpha = jnp.log(jnp.asarray(config.alpha, jnp.float32))
     optimizer = make_optimizer(config)
@@ -253,12 +269,15 @@ def policy_distribution(actor_params, obs: jax.Array, config: Config):
     """The policy at ``obs [B, ...]``: a :class:`Categorical` over actions, or a
     :class:`TanhNormal` over unit actions ``[B, A]`` in ``(-1, 1)``. With ``memory``,
     ``obs`` is the actor's encoder output ``[..., memory_size]`` (:func:`jaxrl.offpolicy.window_features`)
-    and the distribution has its leading dims."""
+    and the distribution has its leading dims. Where observations carry an action mask
+    (``obs["action_mask"]``, discrete actions), masked actions have probability 0."""
     if config.memory != "none":
         out = make_actor(config).apply(actor_params, obs, method="policy")
     else:
         out = make_actor(config).apply(actor_params, obs)
     if config.discrete:
+        if env_spec(config).action_mask:
+            out = mask_actions(out, obs[envs.ACTION_MASK])
         return Categorical(out)
     loc, log_std = out
     return TanhNormal(loc, jnp.exp(log_std))
@@ -290,7 +309,8 @@ def act(params: dict, obs: jax.Array, carry, key: jax.Array, config: Config, det
     the replay needs and acting does not."""
     inputs = obs
     if config.memory != "none":
-        features, actor_carry = offpolicy.encode(make_actor(config), params["actor"], obs[None], carry["actor"])
+        actor = make_actor(config)
+        features, actor_carry = offpolicy.encode(actor, params["actor"], offpolicy.add_time(obs), carry["actor"])
         inputs, carry = features[0], {**carry, "actor": actor_carry}
     dist = policy_distribution(params["actor"], inputs, config)
     action = dist.mode() if deterministic else dist.sample(key)
@@ -440,7 +460,8 @@ def collect(state: State, key: jax.Array, config: Config, uniform: bool = False)
         action, carry = act(params, obs, carry, act_key, config)
         if uniform:
             action = offpolicy.random_actions(random_key, spec, config.num_envs)
-        _, critic_carry = offpolicy.encode(make_critic(config), critic_params, obs[None], carry["critic"])
+        critic = make_critic(config)
+        _, critic_carry = offpolicy.encode(critic, critic_params, offpolicy.add_time(obs), carry["critic"])
         return action, {**carry, "critic": critic_carry}
 
     return offpolicy.collect_recurrent(state, policy, key, config)

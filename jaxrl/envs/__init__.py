@@ -335,7 +335,7 @@ def require_array_observations(config, algorithm: str) -> None:
         raise ValueError(
             f"{algorithm} needs array observations; {config.env_id} gives structured ones "
             f"({jax.tree.map(lambda leaf: leaf.shape, config_spec(config).observation)}). "
-            "ppo, a2c, reinforce, impala and dqn take them"
+            "ppo, a2c, reinforce, impala, dqn, sac, ddpg and td3 take them"
         )
 
 
