@@ -320,21 +320,13 @@ def test_bad_input_errors(monkeypatch, capsys):
 # ----------------------------------------------------------------------------- single-agent search
 
 # CartPole cut at 3 steps: done nodes (terminated and truncated) lie inside every tree.
-SOLO = az.Config(
+SOLO = SMALL.replace(
     env_id="CartPole-v1",
     env_kwargs={"max_steps_in_episode": 3},
-    num_games=4,
     num_steps=4,
     num_simulations=16,
     max_num_considered_actions=2,
     total_timesteps=4 * 4 * 4,
-    hidden_sizes=(16,),
-    batch_size=16,
-    buffer_size=64,
-    num_updates=2,
-    num_evals=2,
-    eval_episodes=4,
-    num_reports=0,
 )
 
 
