@@ -123,6 +123,8 @@ def collect_dataset(
     spec = envs.spec(env, env_params)
     if spec.structured:
         raise ValueError(f"datasets hold array observations; {env_id} gives structured ones (dicts / tuples)")
+    if spec.padding_steps:
+        raise ValueError(f"datasets hold transitions; {env_id} inserts steps that are not (e.g. envpool's reset step)")
     env = envs.EpisodeStatistics(env)
     steps_per_env = num_steps // num_envs
 

@@ -108,9 +108,13 @@ def example_transition(obs, action) -> dict:
 
 def init_buffer(obs, action, config, use_priorities: bool = False):
     """An empty replay buffer of ``config.buffer_size`` transitions shaped like ``obs``
-    and ``action`` (batched over ``config.num_envs``)."""
+    and ``action`` (batched over ``config.num_envs``), with a ``valid`` flag per
+    transition where the env pads its episodes (:attr:`jaxrl.envs.EnvSpec.padding_steps`)."""
     buffers = prioritized if use_priorities else replay
-    return buffers.init(example_transition(obs, action), config.buffer_size, config.num_envs)
+    example = example_transition(obs, action)
+    if envs.config_spec(config).padding_steps:
+        example["valid"] = jnp.zeros((), bool)
+    return buffers.init(example, config.buffer_size, config.num_envs)
 
 
 def init_sequence_buffer(obs, action, carry, config):
@@ -127,6 +131,7 @@ def check_sequence_replay(config, bootstrap_steps: int) -> None:
     ``memory_size``, ``sequence_length``, ``sequence_period`` and ``burn_in`` of
     ``config``, with ``bootstrap_steps`` trailing steps of a window that only supply
     targets (``n_step - 1``). Called with memory on."""
+    envs.require_transitions_only(config, f"sequence replay (memory={config.memory!r})")
     for field in ("memory_size", "sequence_length", "sequence_period"):
         require_int(config, field, 1)
     require_int(config, "burn_in", 0)
@@ -224,6 +229,8 @@ def _collect_and_store(state, policy: Callable, key: jax.Array, config, carry):
         "next_obs": trajectory.next_obs,
         **trajectory.extras,
     }
+    if trajectory.valid is not None:
+        transitions["valid"] = trajectory.valid
     if store_carry:
         buffers = sequence
     else:
@@ -244,7 +251,8 @@ def sample(buffer, key: jax.Array, config, beta: jax.Array | None = None) -> dic
     ``[B, ...]``: those of :func:`jaxrl.buffers.replay.n_step` (``reward`` summed,
     ``discount = gamma ** m``, the last step's ``next_obs`` / ``terminated``) plus
     ``weight`` (importance-sampling weights with exponent ``beta`` from a prioritized
-    buffer, ones from a uniform one) and ``index`` (where the batch came from)."""
+    buffer, ones from a uniform one; 0 where ``valid`` is stored and False) and
+    ``index`` (where the batch came from)."""
     if isinstance(buffer, prioritized.PrioritizedState):
         index, weight = prioritized.sample_index(buffer, key, config.batch_size, beta)
         buffer = buffer.replay
@@ -252,6 +260,8 @@ def sample(buffer, key: jax.Array, config, beta: jax.Array | None = None) -> dic
         index = replay.sample_index(buffer, key, config.batch_size)
         weight = jnp.ones(config.batch_size, jnp.float32)
     batch = replay.n_step(buffer, index, config.n_step, config.gamma)
+    if "valid" in batch:  # an env's padding step is no transition: weight 0
+        weight = weight * batch["valid"]
     batch.update(weight=weight, index=index)
     return batch
 

@@ -50,6 +50,7 @@ def collect(env, env_params, policy: PolicyFn, env_state, obs, key: jax.Array, n
             episode_return=info["episode_return"],
             episode_length=info["episode_length"],
             extras=extras,
+            valid=info.get("valid"),
         )
         return (env_state, next_obs, reset_carry(carry, terminated | truncated)), transition
 
@@ -65,6 +66,16 @@ def episode_starts(done: jax.Array) -> jax.Array:
     by one): where a recurrent policy re-run over stored steps resets its memory. False at
     ``t = 0``, whose stored carry is already the one the policy used."""
     return jnp.concatenate([jnp.zeros_like(done[:1]), done[:-1]])
+
+
+def masked_mean(x: jax.Array, mask: jax.Array | None = None, axis=None) -> jax.Array:
+    """The mean of ``x`` over ``axis`` (all axes by default) where ``mask`` (broadcast
+    against ``x``) is True: ``jnp.mean(x, axis)`` exactly when ``mask`` is None, and 0
+    where nothing is selected."""
+    if mask is None:
+        return jnp.mean(x, axis=axis)
+    mask = jnp.broadcast_to(mask, x.shape)
+    return jnp.sum(jnp.where(mask, x, 0.0), axis=axis) / jnp.maximum(jnp.sum(mask, axis=axis), 1)
 
 
 def episode_metrics(trajectory: Trajectory) -> dict:

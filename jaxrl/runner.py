@@ -348,8 +348,8 @@ def _reconnect_host_envs(driven: Driven, tree, host_envs: bytes | None, complete
     if driven.restart_envs is None:
         raise ValueError(f"{driven.name}'s checkpoint holds no host envs to continue from, and it cannot restart them")
     warnings.warn(
-        f"{driven.name}: the host envs could not be saved with the checkpoint (an async vector env, or an env "
-        "that cannot be pickled): the resumed run continues with fresh episodes",
+        f"{driven.name}: the host envs could not be saved with the checkpoint (envpool's, an async vector env's, "
+        "or an env that cannot be pickled): the resumed run continues with fresh episodes",
         stacklevel=3,
     )
     return driven.restart_envs(tree, completed)

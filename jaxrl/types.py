@@ -21,6 +21,11 @@ class Trajectory:
     ``info["final_observation"]``): where an episode ended it is the final observation
     and ``obs[t + 1]`` is already the first observation of the next episode. Targets
     bootstrap from ``next_obs`` through truncation and stop at termination.
+
+    ``valid`` is None for envs whose every step is a transition. An env that pads its
+    episodes with steps that are not transitions (envpool's reset step; such envs set
+    ``EnvSpec.padding_steps``) reports ``info["valid"]``, stored here as ``[T, N]``
+    bool: every loss leaves the False steps out.
     """
 
     obs: PyTree
@@ -32,6 +37,7 @@ class Trajectory:
     episode_return: Array  # [T, N] return of the episode that ended at this step, else 0
     episode_length: Array  # [T, N] int32 length of that episode, else 0
     extras: dict  # policy extras, e.g. {"log_prob": [T, N], "value": [T, N]}
+    valid: Array | None = None  # [T, N] bool, or None: every step is a transition
 
     @property
     def done(self) -> Array:

@@ -38,6 +38,7 @@ from flax import struct
 from jaxrl import envs, loop, onpolicy, optim, returns, rollout
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_range, static
 from jaxrl.onpolicy import State, act, evaluate, initial_carry, make_env, make_network, policy_and_value
+from jaxrl.rollout import masked_mean
 from jaxrl.types import TrainOutput, Trajectory
 
 __all__ = [  # the contract; act, evaluate, State ... are jaxrl.onpolicy's
@@ -130,7 +131,7 @@ def targets(value: jax.Array, value_next: jax.Array, log_prob: jax.Array, trajec
     """
     value, value_next, log_prob = jax.lax.stop_gradient((value, value_next, log_prob))
     r, term, trunc = trajectory.reward, trajectory.terminated, trajectory.truncated
-    mask = jnp.ones_like(r, bool)
+    mask = jnp.ones_like(r, bool) if trajectory.valid is None else trajectory.valid
     if config.advantage == "gae":
         advantage = returns.gae(r, value, value_next, term, trunc, config.gamma, config.gae_lambda)
         target = advantage + value
@@ -140,7 +141,7 @@ def targets(value: jax.Array, value_next: jax.Array, log_prob: jax.Array, trajec
             r, value_next if config.baseline else jnp.zeros_like(r), term, trunc, config.gamma
         )
         advantage = target - value if config.baseline else target
-        mask = first_episode_mask(trajectory)
+        mask = mask & first_episode_mask(trajectory)
     else:
         log_rho = log_prob - trajectory.extras["log_prob"]
         out = returns.vtrace(
@@ -157,14 +158,10 @@ def targets(value: jax.Array, value_next: jax.Array, log_prob: jax.Array, trajec
         )
         advantage, target = out.pg_advantages, out.vs
     if config.normalize_advantages:
-        mean = _masked_mean(advantage, mask)
-        std = jnp.sqrt(_masked_mean(jnp.square(advantage - mean), mask))
+        mean = masked_mean(advantage, mask)
+        std = jnp.sqrt(masked_mean(jnp.square(advantage - mean), mask))
         advantage = (advantage - mean) / (std + 1e-8)
     return advantage, target, mask
-
-
-def _masked_mean(x: jax.Array, mask: jax.Array) -> jax.Array:
-    return jnp.sum(jnp.where(mask, x, 0.0)) / jnp.maximum(jnp.sum(mask), 1)
 
 
 def loss_fn(network_params, obs_stats, trajectory: Trajectory, value_next: jax.Array, config: Config):
@@ -173,9 +170,9 @@ def loss_fn(network_params, obs_stats, trajectory: Trajectory, value_next: jax.A
     distribution, value = onpolicy.trajectory_policy_and_value(params, trajectory, config)
     log_prob = distribution.log_prob(trajectory.action)
     advantage, target, mask = targets(value, value_next, log_prob, trajectory, config)
-    policy_loss = -_masked_mean(log_prob * advantage, mask)
-    value_loss = 0.5 * _masked_mean(jnp.square(value - target), mask) if config.baseline else jnp.zeros(())
-    entropy = _masked_mean(distribution.entropy(), mask)
+    policy_loss = -masked_mean(log_prob * advantage, mask)
+    value_loss = 0.5 * masked_mean(jnp.square(value - target), mask) if config.baseline else jnp.zeros(())
+    entropy = masked_mean(distribution.entropy(), mask)
     loss = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
     log_ratio = jax.lax.stop_gradient(log_prob) - trajectory.extras["log_prob"]
     metrics = {
@@ -183,7 +180,7 @@ def loss_fn(network_params, obs_stats, trajectory: Trajectory, value_next: jax.A
         "value_loss": value_loss,
         "entropy": entropy,
         # How far the learner has moved from the policy that acted (0 without policy lag).
-        "approx_kl": _masked_mean(jnp.expm1(log_ratio) - log_ratio, mask),
+        "approx_kl": masked_mean(jnp.expm1(log_ratio) - log_ratio, mask),
     }
     return loss, metrics
 

@@ -301,7 +301,10 @@ def critic_loss(critic_params, target: jax.Array, batch: dict, config: Config):
         steps = offpolicy.window_steps(batch, config)
         inputs, _ = offpolicy.window_features(make_critic(config), critic_params, batch, "critic", config)
     q = q_values(critic_params, inputs, _unit_action(steps["action"], config), config)  # [C, B] or [C, T, B]
-    return jnp.sum(jnp.mean(jnp.square(q - target), axis=tuple(range(1, q.ndim)))), jnp.mean(q)
+    error = jnp.square(q - target)
+    if "valid" in batch:  # an env's padding steps are no transitions (memory refuses such envs)
+        error = error * batch["valid"]
+    return jnp.sum(jnp.mean(error, axis=tuple(range(1, q.ndim)))), jnp.mean(q)
 
 
 def actor_loss(actor_params, critic_params, obs, config: Config) -> jax.Array:

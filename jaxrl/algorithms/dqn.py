@@ -599,6 +599,8 @@ def update(state: State, batch: dict, key: jax.Array, config: Config):
     refresh = num_updates % config.target_update_period == 0
     target_params = offpolicy.polyak(state.target_params, network_params, jnp.where(refresh, config.tau, 0.0))
     buffer = state.buffer
+    if "valid" in batch:  # an env's padding steps get the least priority
+        priority_error = priority_error * batch["valid"]
     if config.prioritized and config.memory == "none":
         buffer = prioritized.update_priorities(buffer, batch["index"], priority_error, config.per_alpha, config.per_eps)
     elif config.prioritized:  # without, every window keeps the first max priority: uniform replay

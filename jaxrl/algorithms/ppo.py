@@ -27,6 +27,7 @@ from flax import struct
 from jaxrl import loop, onpolicy, optim, returns, rollout
 from jaxrl.config import require_int, require_range, static
 from jaxrl.onpolicy import State, act, evaluate, initial_carry, make_env, make_network, policy_and_value
+from jaxrl.rollout import masked_mean
 from jaxrl.types import TrainOutput, Trajectory
 
 __all__ = [  # the contract; act, evaluate, State ... are jaxrl.onpolicy's
@@ -155,32 +156,34 @@ def minibatch_policy_and_value(params: dict, batch: dict, config: Config):
 
 
 def loss_fn(network_params, obs_stats, batch: dict, config: Config):
-    """PPO loss on a minibatch of :func:`minibatch_rows` rows; returns ``(loss, metrics)``."""
+    """PPO loss on a minibatch of :func:`minibatch_rows` rows; returns ``(loss, metrics)``.
+    Rows marked ``valid = False`` (an env's padding steps) are left out of every mean."""
     params = {"network": network_params, "obs_stats": obs_stats}
     distribution, value = minibatch_policy_and_value(params, batch, config)
     log_prob = distribution.log_prob(batch["action"])
     log_ratio = log_prob - batch["log_prob"]
     ratio = jnp.exp(log_ratio)
-    advantage = batch["advantage"]
+    advantage, valid = batch["advantage"], batch.get("valid")
     if config.normalize_advantages:
-        advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        mean = masked_mean(advantage, valid)
+        advantage = (advantage - mean) / (jnp.sqrt(masked_mean(jnp.square(advantage - mean), valid)) + 1e-8)
     clipped_ratio = jnp.clip(ratio, 1.0 - config.clip_eps, 1.0 + config.clip_eps)
-    policy_loss = -jnp.mean(jnp.minimum(ratio * advantage, clipped_ratio * advantage))
+    policy_loss = -masked_mean(jnp.minimum(ratio * advantage, clipped_ratio * advantage), valid)
 
     value_error = jnp.square(value - batch["target"])
     if config.clip_value_loss:
         clipped_value = batch["value"] + jnp.clip(value - batch["value"], -config.clip_eps, config.clip_eps)
         value_error = jnp.maximum(value_error, jnp.square(clipped_value - batch["target"]))
-    value_loss = 0.5 * jnp.mean(value_error)
+    value_loss = 0.5 * masked_mean(value_error, valid)
 
-    entropy = jnp.mean(distribution.entropy())
+    entropy = masked_mean(distribution.entropy(), valid)
     loss = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
     metrics = {
         "policy_loss": policy_loss,
         "value_loss": value_loss,
         "entropy": entropy,
-        "approx_kl": jnp.mean((ratio - 1.0) - log_ratio),
-        "clip_fraction": jnp.mean(jnp.abs(ratio - 1.0) > config.clip_eps),
+        "approx_kl": masked_mean((ratio - 1.0) - log_ratio, valid),
+        "clip_fraction": masked_mean(jnp.abs(ratio - 1.0) > config.clip_eps, valid),
     }
     return loss, metrics
 
@@ -233,6 +236,8 @@ def update(state: State, trajectory: Trajectory, key: jax.Array, config: Config)
         "advantage": advantage,
         "target": target,
     }
+    if trajectory.valid is not None:
+        batch["valid"] = trajectory.valid
     batch = minibatch_rows(batch, trajectory, config)
     optimizer = onpolicy.make_optimizer(config, config.num_epochs * config.num_minibatches)
     obs_stats = state.params["obs_stats"]

@@ -377,7 +377,10 @@ def critic_loss(critic_params, target: jax.Array, batch: dict, config: Config):
         action = env_spec(config).to_unit(steps["action"])
         action = action.reshape(action.shape[: action.ndim - len(env_spec(config).action_shape)] + (-1,))
         q = q_values(critic_params, inputs, action, config)
-    return jnp.sum(jnp.mean(jnp.square(q - target), axis=tuple(range(1, q.ndim)))), jnp.mean(q)
+    error = jnp.square(q - target)
+    if "valid" in batch:  # an env's padding steps are no transitions (memory refuses such envs)
+        error = error * batch["valid"]
+    return jnp.sum(jnp.mean(error, axis=tuple(range(1, q.ndim)))), jnp.mean(q)
 
 
 def actor_loss(actor_params, critic_params, alpha: jax.Array, obs, key: jax.Array, config: Config):

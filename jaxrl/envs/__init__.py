@@ -50,6 +50,7 @@ __all__ = [
     "ACTION_MASK",
     "observation_struct",
     "require_array_observations",
+    "require_transitions_only",
     "spec",
     "config_spec",
     "registered_ids",
@@ -141,8 +142,9 @@ def registered_prefixes() -> list[str]:
 
 
 def steps_on_host(env_id: str) -> bool:
-    """Whether ``env_id``'s env runs on the host (its state is a handle, not arrays)."""
-    return env_id.startswith(GYMNASIUM_PREFIX)
+    """Whether ``env_id``'s env runs on the host (its state is a handle, not arrays):
+    the Gymnasium bridge's envs and envpool's."""
+    return env_id.startswith((GYMNASIUM_PREFIX, "envpool:"))
 
 
 def check_env_id(env_id: str) -> None:
@@ -250,6 +252,9 @@ class EnvSpec:
     action_high: np.ndarray | None = None
     max_episode_steps: int | None = None
     observation: Any = None
+    # The env pads its episodes with steps that are not transitions (``info["valid"]``
+    # False, as envpool's reset step); algorithms that cannot leave them out refuse it.
+    padding_steps: bool = False
 
     @property
     def discrete(self) -> bool:
@@ -310,6 +315,7 @@ def spec(env, env_params) -> EnvSpec:
         obs_dtype=np.dtype(observation.dtype) if array else None,
         max_episode_steps=int(max_steps) if max_steps is not None else None,
         observation=observation,
+        padding_steps=bool(getattr(env, "padding_steps", False)),
     )
     if isinstance(observation, dict) and ACTION_MASK in observation:
         mask = observation[ACTION_MASK]
@@ -326,6 +332,18 @@ def spec(env, env_params) -> EnvSpec:
         high = np.broadcast_to(np.asarray(action_space.high, np.float32), shape)
         return EnvSpec(action_kind="continuous", action_shape=shape, action_low=low, action_high=high, **common)
     raise ValueError(f"unsupported action space {type(action_space).__name__} for {env.name}")
+
+
+def require_transitions_only(config, algorithm: str) -> None:
+    """ValueError if the config's env pads its episodes with steps that are not
+    transitions (:attr:`EnvSpec.padding_steps`): for the algorithms that cannot leave
+    them out of their losses yet."""
+    if config_spec(config).padding_steps:
+        raise ValueError(
+            f"{algorithm} cannot train on {config.env_id}: the env inserts steps that are not transitions "
+            "(info['valid'] False, e.g. envpool's reset step), which it cannot leave out; ppo, a2c, reinforce, "
+            "impala, and dqn, sac, ddpg and td3 without memory can"
+        )
 
 
 def require_array_observations(config, algorithm: str) -> None:
@@ -363,7 +381,7 @@ def register_adapter(suite: str) -> None:
     )
 
 
-for _suite in ("gymnasium", "pgx", "brax", "craftax", "navix", "xminigrid", "jumanji"):
+for _suite in ("gymnasium", "pgx", "brax", "craftax", "navix", "xminigrid", "jumanji", "envpool"):
     register_adapter(_suite)
 
 # Last: the partially observed tasks register themselves with ``register`` above.

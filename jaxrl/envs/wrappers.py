@@ -124,7 +124,8 @@ class EpisodeStatistics(Wrapper):
     ``info["episode_return"]`` / ``info["episode_length"]`` hold the totals of the
     episode that ended at this step and ``info["episode_done"]`` marks those steps;
     where no episode ended they are 0 and must be masked out (see
-    :func:`jaxrl.rollout.episode_metrics`), never averaged in.
+    :func:`jaxrl.rollout.episode_metrics`), never averaged in. Steps an env marks
+    ``info["valid"] = False`` (padding, not transitions) are not counted.
     """
 
     def reset(self, key, params=None):
@@ -135,7 +136,8 @@ class EpisodeStatistics(Wrapper):
         obs, env_state, reward, terminated, truncated, info = self._env.step(key, state.env_state, action, params)
         done = jnp.logical_or(terminated, truncated)
         episode_return = state.episode_return + reward.astype(jnp.float32)
-        episode_length = state.episode_length + 1
+        # An env's padding step (info["valid"] False) is not part of any episode.
+        episode_length = state.episode_length + (info["valid"].astype(jnp.int32) if "valid" in info else 1)
         info = {
             **info,
             "episode_return": jnp.where(done, episode_return, 0.0),
