@@ -1,7 +1,8 @@
 """Action distributions as small pytrees: ``sample``, ``log_prob``, ``entropy``, ``mode``.
 
-Batch dims lead; continuous distributions are diagonal over the last (action) axis, so
-``log_prob`` and ``entropy`` sum over it and return ``[...]``.
+Batch dims lead; continuous distributions are diagonal over the last (action) axis, and
+:class:`MultiCategorical` factors over its choices, so ``log_prob`` and ``entropy`` sum
+over that axis and return ``[...]``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -48,6 +50,45 @@ class Categorical:
 
     def probs(self):
         return jax.nn.softmax(self.logits, axis=-1)
+
+
+@struct.dataclass
+class MultiCategorical:
+    """Independent categoricals over ``k`` choices (a MultiDiscrete action space), choice
+    ``i`` with ``nvec[i]`` values.
+
+    ``logits [..., sum(nvec)]`` hold the choices' logits one after another: choice ``i``'s
+    are ``logits[..., sum(nvec[:i]) : sum(nvec[:i + 1])]``. Samples and modes are int32
+    ``[..., k]``; ``log_prob`` and ``entropy`` sum over the choices and return ``[...]``.
+    """
+
+    logits: jax.Array
+    nvec: tuple = struct.field(pytree_node=False)
+
+    def _choices(self) -> Categorical:
+        """One :class:`Categorical` over ``[..., k, max(nvec)]``: each choice's logits,
+        padded with masked values so the choices share one array (one op each below)."""
+        if self.logits.shape[-1] != sum(self.nvec):
+            raise ValueError(f"logits [..., {sum(self.nvec)}] for nvec {list(self.nvec)}, got {self.logits.shape}")
+        width, start, choices = max(self.nvec), 0, []
+        for n in self.nvec:
+            pad = [(0, 0)] * (self.logits.ndim - 1) + [(0, width - n)]
+            choices.append(jnp.pad(self.logits[..., start : start + n], pad, constant_values=0.0))
+            start += n
+        valid = np.arange(width) < np.asarray(self.nvec)[:, None]  # [k, max(nvec)]
+        return Categorical(mask_actions(jnp.stack(choices, axis=-2), valid))
+
+    def sample(self, key):
+        return self._choices().sample(key)
+
+    def log_prob(self, action):
+        return jnp.sum(self._choices().log_prob(action), axis=-1)
+
+    def entropy(self):
+        return jnp.sum(self._choices().entropy(), axis=-1)
+
+    def mode(self):
+        return self._choices().mode()
 
 
 @struct.dataclass

@@ -364,8 +364,10 @@ class ActorCritic(nn.Module):
     ``reset [T, B]`` marks the steps that begin an episode.
 
     ``__call__(obs, carry=(), reset=None) -> (policy_out, value [...], carry)``, with
-    ``policy_out`` the logits ``[..., num_actions]`` (discrete) or ``(mean [..., A],
-    log_std [A])`` with a state-independent learned ``log_std`` (continuous).
+    ``policy_out`` the logits ``[..., action_dim]`` (``discrete``: one categorical's, or
+    a MultiDiscrete space's choices' one after another, which the caller splits) or
+    ``(mean [..., A], log_std [A])`` with a state-independent learned ``log_std``
+    (continuous).
     """
 
     action_dim: int

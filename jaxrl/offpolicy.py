@@ -67,6 +67,7 @@ class ReplaySchedule:
 def require_box_actions(config, algorithm: str) -> envs.EnvSpec:
     """The env's spec; ValueError unless its actions are a Box with finite bounds."""
     spec = envs.config_spec(config)
+    envs.refuse_multi_discrete(spec, config.env_id, algorithm)
     if spec.discrete:
         raise ValueError(
             f"{algorithm} needs a continuous (Box) action space; env_id {config.env_id!r} has "

@@ -19,7 +19,7 @@ from flax import struct
 
 from jaxrl import envs, evaluation, loop, networks, rollout
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
-from jaxrl.distributions import Categorical, Normal, mask_actions
+from jaxrl.distributions import Categorical, MultiCategorical, Normal, mask_actions
 from jaxrl.networks import ActorCritic
 from jaxrl.types import Trajectory
 
@@ -111,10 +111,16 @@ def make_env(config):
 
 
 def make_network(config) -> ActorCritic:
+    """The actor-critic: logits for Discrete actions, every choice's logits one after
+    another (``sum(nvec)``) for MultiDiscrete ones, a Gaussian's mean and log-std for Box."""
     spec = envs.config_spec(config)
+    if spec.continuous:
+        action_dim = spec.action_shape[0]
+    else:
+        action_dim = spec.num_actions if spec.discrete else sum(spec.action_nvec)
     return ActorCritic(
-        action_dim=spec.num_actions if spec.discrete else spec.action_shape[0],
-        discrete=spec.discrete,
+        action_dim=action_dim,
+        discrete=not spec.continuous,
         network=config.network,
         hidden_sizes=config.hidden_sizes,
         activation=config.activation,
@@ -190,7 +196,9 @@ def policy_and_value(params: dict, obs: jax.Array, config, carry=(), reset=None)
     sequence entered with ``carry`` (leaves ``[B, ...]``), ``reset [T, B]`` (default
     none) marks the steps that begin an episode; outputs are ``[T, B]`` and the carry
     after the last step. Where observations carry an action mask
-    (``obs["action_mask"]``), masked actions have probability 0."""
+    (``obs["action_mask"]``), masked actions have probability 0. The distribution is a
+    :class:`Categorical` (Discrete actions), a :class:`MultiCategorical` (MultiDiscrete:
+    actions ``[..., k]``) or a :class:`Normal` (Box)."""
     spec = envs.config_spec(config)
     raw_obs = obs
     if config.normalize_observations:
@@ -200,6 +208,8 @@ def policy_and_value(params: dict, obs: jax.Array, config, carry=(), reset=None)
         if spec.action_mask:
             policy_out = mask_actions(policy_out, raw_obs[envs.ACTION_MASK])
         return Categorical(policy_out), value, carry
+    if spec.multi_discrete:
+        return MultiCategorical(policy_out, spec.action_nvec), value, carry
     mean, log_std = policy_out
     return Normal(mean, jnp.broadcast_to(jnp.exp(log_std), mean.shape)), value, carry
 
@@ -232,7 +242,8 @@ def bootstrap_value(params: dict, trajectory: Trajectory, config) -> jax.Array:
 
 
 def act(params: dict, obs: jax.Array, carry, key: jax.Array, config, deterministic: bool = False):
-    """``(action [B, ...], carry)`` for raw observations ``[B, *obs_shape]`` and the
+    """``(action [B, *action_shape], carry)`` (int32 ``[B]`` for Discrete actions, int32
+    ``[B, k]`` for MultiDiscrete ones) for raw observations ``[B, *obs_shape]`` and the
     policy's memory ``carry`` (leaves ``[B, ...]``, from :func:`initial_carry`; ``()``
     without memory). The caller resets the returned carry where an episode ends.
 
@@ -245,7 +256,7 @@ def act(params: dict, obs: jax.Array, carry, key: jax.Array, config, determinist
         distribution = jax.tree.map(lambda x: x[0], distribution)
     action = distribution.mode() if deterministic else distribution.sample(key)
     spec = envs.config_spec(config)
-    if not spec.discrete:
+    if spec.continuous:
         action = jnp.clip(action, spec.action_low, spec.action_high)
     return action, carry
 

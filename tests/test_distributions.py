@@ -135,6 +135,76 @@ def test_categorical_jit_pytree(logits):
 
 
 # --------------------------------------------------------------------------------------
+# MultiCategorical (factored over MultiDiscrete choices)
+
+NVEC = (3, 1, 5)  # unequal, with a single-valued choice (log-prob 0, entropy 0)
+
+
+def np_split(logits, nvec):
+    """Each choice's logits ``[..., n_i]``, cut from ``logits [..., sum(nvec)]``."""
+    return np.split(np.asarray(logits, np.float64), np.cumsum(nvec)[:-1], axis=-1)
+
+
+@pytest.fixture(scope="module")
+def multi_logits():
+    x = RNG.normal(scale=2.0, size=(B, sum(NVEC))).astype(np.float32)
+    x[1, 4 + 2] += 30.0  # choice 2 nearly deterministic in row 1
+    return x
+
+
+def test_multi_categorical_log_prob_entropy_mode(multi_logits):
+    d = D.MultiCategorical(jnp.asarray(multi_logits), NVEC)
+    parts = np_split(multi_logits, NVEC)
+    action = np.stack([RNG.integers(0, n, size=B) for n in NVEC], axis=-1)  # [B, k]
+    ref_log_prob = sum(np_log_softmax(part)[np.arange(B), action[:, i]] for i, part in enumerate(parts))
+    ref_entropy = sum(-(np.exp(np_log_softmax(part)) * np_log_softmax(part)).sum(-1) for part in parts)
+    log_prob, entropy, mode = d.log_prob(jnp.asarray(action, jnp.int32)), d.entropy(), d.mode()
+    assert log_prob.shape == entropy.shape == (B,) and mode.shape == (B, len(NVEC)) and mode.dtype == jnp.int32
+    np.testing.assert_allclose(log_prob, ref_log_prob, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(entropy, ref_entropy, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(mode, np.stack([part.argmax(-1) for part in parts], axis=-1))
+    # Gradient of log_prob: onehot(a_i) - softmax(logits_i) within each choice's slice.
+    g = jax.grad(lambda lg: D.MultiCategorical(lg, NVEC).log_prob(jnp.asarray(action, jnp.int32)).sum())(
+        jnp.asarray(multi_logits)
+    )
+    ref_g = np.concatenate(
+        [np.eye(n)[action[:, i]] - np.exp(np_log_softmax(part)) for i, (n, part) in enumerate(zip(NVEC, parts))], -1
+    )
+    np.testing.assert_allclose(g, ref_g, rtol=1e-5, atol=1e-6)
+    assert np.all(np.isfinite(jax.grad(lambda lg: D.MultiCategorical(lg, NVEC).entropy().sum())(multi_logits)))
+
+
+def test_multi_categorical_sampling_frequencies(multi_logits):
+    n = 20_000
+    d = D.MultiCategorical(jnp.asarray(multi_logits), NVEC)
+    samples = jax.jit(jax.vmap(d.sample))(jax.random.split(jax.random.key(3), n))
+    assert samples.shape == (n, B, len(NVEC)) and samples.dtype == jnp.int32
+    samples = np.asarray(samples)
+    for i, (k, part) in enumerate(zip(NVEC, np_split(multi_logits, NVEC))):
+        assert samples[..., i].min() >= 0 and samples[..., i].max() < k
+        p = np.exp(np_log_softmax(part))  # [B, k]
+        freq = np.stack([(samples[..., i] == a).mean(0) for a in range(k)], axis=-1)
+        se = np.sqrt(p * (1 - p) / n)
+        assert np.all(np.abs(freq - p) <= 4 * se + 1e-4), np.abs(freq - p) / (se + 1e-12)
+    # Choices are independent: the joint frequency of two choices is the product.
+    p0, p2 = (np.exp(np_log_softmax(part)) for part in np_split(multi_logits, NVEC)[::2])
+    joint = ((samples[..., 0] == 0) & (samples[..., 2] == 0)).mean(0)
+    expected = p0[:, 0] * p2[:, 0]
+    assert np.all(np.abs(joint - expected) <= 4 * np.sqrt(expected * (1 - expected) / n) + 1e-4)
+
+
+def test_multi_categorical_batch_dims_and_pytree():
+    x = RNG.normal(size=(2, 3, sum(NVEC))).astype(np.float32)
+    d = D.MultiCategorical(jnp.asarray(x), NVEC)
+    assert d.sample(jax.random.key(0)).shape == (2, 3, 3) and d.entropy().shape == (2, 3)
+    assert jax.tree.leaves(d) == [d.logits]  # nvec is static: tree maps and vmaps see the logits only
+    first = jax.tree.map(lambda leaf: leaf[0], d)
+    np.testing.assert_allclose(jax.jit(lambda dist: dist.entropy())(first), d.entropy()[0], rtol=1e-6)
+    with pytest.raises(ValueError, match=r"logits \[\.\.\., 9\] for nvec \[3, 1, 5\]"):
+        D.MultiCategorical(jnp.zeros((2, 8)), NVEC).entropy()
+
+
+# --------------------------------------------------------------------------------------
 # Normal
 
 

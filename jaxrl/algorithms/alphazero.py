@@ -115,6 +115,7 @@ def check_single_agent_env(env_id: str, env_kwargs: tuple) -> None:
         spec = envs.spec(*envs.make(env_id, **dict(env_kwargs)))
     except ValueError as error:
         raise ValueError(f"alphazero plays {allowed}; got env_id={env_id!r}: {error}") from error
+    envs.refuse_multi_discrete(spec, env_id, "alphazero")
     if not spec.discrete:
         raise ValueError(f"alphazero plays {allowed}; got env_id={env_id!r}, whose actions are {spec.action_kind}")
     if spec.obs_shape is None:  # a dict / tuple observation: the network takes one array

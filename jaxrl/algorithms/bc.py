@@ -69,6 +69,7 @@ class Config:
         spec = env_spec(self)
         envs.require_array_observations(self, "bc")
         require_network(self, spec.obs_ndim)
+        envs.refuse_multi_discrete(spec, self.env_id, "bc")
         if not spec.discrete and len(spec.action_shape) != 1:
             raise ValueError(f"BC needs flat continuous actions, {self.env_id} has action shape {spec.action_shape}")
 

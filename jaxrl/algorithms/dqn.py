@@ -121,6 +121,7 @@ class Config(offpolicy.ReplaySchedule):
         require_int(self, "num_atoms", 2)
         require_choice(self, "loss", ("huber", "mse"))
         spec = env_spec(self)
+        envs.refuse_multi_discrete(spec, self.env_id, "dqn")
         if not spec.discrete:
             raise ValueError(
                 f"DQN needs a discrete action space; env_id {self.env_id!r} has a continuous (Box) "

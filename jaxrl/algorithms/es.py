@@ -114,6 +114,7 @@ class Config:
         spec = envs.config_spec(self)
         envs.require_array_observations(self, "es")
         require_network(self, spec.obs_ndim)
+        envs.refuse_multi_discrete(spec, self.env_id, "es")
         if not spec.discrete and len(spec.action_shape) != 1:
             raise ValueError(f"es needs a Discrete or a 1-D Box action space; {self.env_id} has {spec.action_shape}")
         if spec.max_episode_steps is None:

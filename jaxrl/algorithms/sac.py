@@ -100,6 +100,7 @@ class Config(offpolicy.ReplaySchedule):
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
         self.check_schedule()
         spec = envs.config_spec(self)
+        envs.refuse_multi_discrete(spec, self.env_id, "sac")
         if self.discrete and not spec.discrete:
             raise ValueError(
                 f"discrete=True needs a Discrete action space; env_id {self.env_id!r} has a "

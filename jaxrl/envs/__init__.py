@@ -25,8 +25,9 @@ import gymnax
 import jax
 import jax.numpy as jnp
 import numpy as np
-from gymnax.environments import spaces
+from gymnax.environments import spaces as gymnax_spaces  # ``spaces`` is our submodule once imported
 
+from jaxrl.envs.spaces import MultiDiscrete
 from jaxrl.envs.wrappers import (
     ClipAction,
     EpisodeStatistics,
@@ -51,6 +52,8 @@ __all__ = [
     "observation_struct",
     "require_array_observations",
     "require_transitions_only",
+    "MULTI_DISCRETE_ALGORITHMS",
+    "refuse_multi_discrete",
     "spec",
     "config_spec",
     "registered_ids",
@@ -239,8 +242,10 @@ class EnvSpec:
     ``observation`` describes one observation: a ``jax.ShapeDtypeStruct`` for an array
     observation, or a dict / tuple of them for a structured one (:attr:`structured`;
     ``obs_shape`` and ``obs_dtype`` are then None). ``action_kind`` is ``"discrete"``
-    (``num_actions`` choices, integer actions of shape ``()``) or ``"continuous"``
-    (float actions of ``action_shape`` within ``[action_low, action_high]``).
+    (``num_actions`` choices, integer actions of shape ``()``), ``"multi_discrete"``
+    (``k`` independent choices, int32 actions of shape ``(k,)``, choice ``i`` in
+    ``[0, action_nvec[i])``) or ``"continuous"`` (float actions of ``action_shape``
+    within ``[action_low, action_high]``).
     """
 
     obs_shape: tuple | None
@@ -252,13 +257,25 @@ class EnvSpec:
     action_high: np.ndarray | None = None
     max_episode_steps: int | None = None
     observation: Any = None
+    action_nvec: tuple | None = None  # multi_discrete: the number of values of each choice
     # The env pads its episodes with steps that are not transitions (``info["valid"]``
     # False, as envpool's reset step); algorithms that cannot leave them out refuse it.
     padding_steps: bool = False
 
     @property
     def discrete(self) -> bool:
+        """Whether actions are one Discrete choice (int32 ``()``)."""
         return self.action_kind == "discrete"
+
+    @property
+    def multi_discrete(self) -> bool:
+        """Whether actions are several discrete choices (int32 ``(k,)``)."""
+        return self.action_kind == "multi_discrete"
+
+    @property
+    def continuous(self) -> bool:
+        """Whether actions are floats in a Box."""
+        return self.action_kind == "continuous"
 
     @property
     def structured(self) -> bool:
@@ -293,13 +310,13 @@ class EnvSpec:
 def observation_struct(space, where: str = "observation"):
     """A gymnax observation space as ``jax.ShapeDtypeStruct`` s: Box and Discrete give
     one, Dict and Tuple a dict / tuple of them. Any other space is a ``ValueError``."""
-    if isinstance(space, spaces.Dict):
+    if isinstance(space, gymnax_spaces.Dict):
         return {key: observation_struct(sub, f"{where}[{key!r}]") for key, sub in space.spaces.items()}
-    if isinstance(space, spaces.Tuple):
+    if isinstance(space, gymnax_spaces.Tuple):
         return tuple(observation_struct(sub, f"{where}[{i}]") for i, sub in enumerate(space.spaces))
-    if isinstance(space, spaces.Box):
+    if isinstance(space, gymnax_spaces.Box):
         return jax.ShapeDtypeStruct(tuple(space.shape), np.dtype(space.dtype))
-    if isinstance(space, spaces.Discrete):
+    if isinstance(space, gymnax_spaces.Discrete):
         return jax.ShapeDtypeStruct((), np.dtype(getattr(space, "dtype", np.int32)))
     raise ValueError(f"unsupported observation space {type(space).__name__} at {where}: Box, Discrete, Dict or Tuple")
 
@@ -319,19 +336,24 @@ def spec(env, env_params) -> EnvSpec:
     )
     if isinstance(observation, dict) and ACTION_MASK in observation:
         mask = observation[ACTION_MASK]
-        if not isinstance(action_space, spaces.Discrete) or mask.shape != (action_space.n,):
+        if not isinstance(action_space, gymnax_spaces.Discrete) or mask.shape != (action_space.n,):
             raise ValueError(
                 f"{env.name}: observation[{ACTION_MASK!r}] must be a bool mask [num_actions] for a Discrete "
                 f"action space, got shape {mask.shape} for {type(action_space).__name__}"
             )
-    if isinstance(action_space, spaces.Discrete):
+    if isinstance(action_space, gymnax_spaces.Discrete):
         return EnvSpec(action_kind="discrete", action_shape=(), num_actions=int(action_space.n), **common)
-    if isinstance(action_space, spaces.Box):
+    if isinstance(action_space, MultiDiscrete):
+        nvec = tuple(int(n) for n in action_space.nvec)
+        return EnvSpec(action_kind="multi_discrete", action_shape=(len(nvec),), action_nvec=nvec, **common)
+    if isinstance(action_space, gymnax_spaces.Box):
         shape = tuple(action_space.shape)
         low = np.broadcast_to(np.asarray(action_space.low, np.float32), shape)
         high = np.broadcast_to(np.asarray(action_space.high, np.float32), shape)
         return EnvSpec(action_kind="continuous", action_shape=shape, action_low=low, action_high=high, **common)
-    raise ValueError(f"unsupported action space {type(action_space).__name__} for {env.name}")
+    raise ValueError(
+        f"unsupported action space {type(action_space).__name__} for {env.name}: Discrete, MultiDiscrete or Box"
+    )
 
 
 def require_transitions_only(config, algorithm: str) -> None:
@@ -354,6 +376,21 @@ def require_array_observations(config, algorithm: str) -> None:
             f"{algorithm} needs array observations; {config.env_id} gives structured ones "
             f"({jax.tree.map(lambda leaf: leaf.shape, config_spec(config).observation)}). "
             "ppo, a2c, reinforce, impala, dqn, sac, ddpg and td3 take them"
+        )
+
+
+#: The algorithms whose policies take MultiDiscrete actions (a factored categorical).
+MULTI_DISCRETE_ALGORITHMS = ("ppo", "a2c", "reinforce", "impala")
+
+
+def refuse_multi_discrete(spec: EnvSpec, env_id: str, algorithm: str) -> None:
+    """ValueError if ``spec``'s actions are MultiDiscrete: for the algorithms not in
+    :data:`MULTI_DISCRETE_ALGORITHMS`, called at config time."""
+    if spec.multi_discrete:
+        raise ValueError(
+            f"{algorithm} does not take MultiDiscrete actions; env_id {env_id!r} has the action space "
+            f"MultiDiscrete({list(spec.action_nvec)}) (Gymnasium's MultiDiscrete and MultiBinary map onto it). "
+            f"{', '.join(MULTI_DISCRETE_ALGORITHMS)} take them"
         )
 
 
