@@ -344,7 +344,8 @@ def render_episode(
     key = jax.random.key(seed)
 
     def policy(obs):
-        action, memory["carry"] = act(params, obs[None], memory["carry"], jax.random.fold_in(key, memory["t"]))
+        batch = jax.tree.map(lambda leaf: leaf[None], obs)  # obs may be a dict / tuple of arrays
+        action, memory["carry"] = act(params, batch, memory["carry"], jax.random.fold_in(key, memory["t"]))
         memory["t"] += 1
         return np.asarray(action)[0]
 

@@ -10,6 +10,17 @@ lanes of all seeds is ONE ``jax.experimental.io_callback`` into Python: it steps
 ``gymnasium.vector`` env that has one sub-env per lane and hands the results back to the
 compiled program. Everything else (policy, learner, buffers) stays on the device.
 
+**Spaces.** Observations: Box (floats arrive as float32, integers wider than 32 bits as
+int32), Discrete (an int32 scalar), MultiDiscrete (int32) and MultiBinary (int8), and
+Dict / Tuple spaces of these, nested to any depth, which arrive as dicts / tuples of
+arrays (a gymnax ``Dict`` / ``Tuple`` space; each array crosses the callback on its
+own). Actions: Discrete (int32 ``()``), MultiDiscrete with a 1-D ``nvec`` and 1-D
+MultiBinary (int32 ``[k]``, a :class:`jaxrl.envs.spaces.MultiDiscrete`; MultiBinary(k)
+is ``nvec = [2] * k``) and float Box. Integer actions count from 0 on the device; the
+host adds the space's ``start`` and casts them to the space's dtype (int8 for
+MultiBinary). Any other space (Text, Graph, Sequence, OneOf, an integer Box action, a
+Dict / Tuple action) is a ``ValueError`` at ``make``.
+
 **Host envs and handles.** A ``reset`` builds (or reuses) a vector env on the host and
 returns per-lane states holding an integer handle to it, the lane's index and a step
 count; ``step`` finds the vector env through the handle. A state is thus a reference to
@@ -27,8 +38,8 @@ continues from that generator; the key given to ``step`` is not used.
 **Autoreset** runs in Gymnasium's ``SAME_STEP`` mode, which is our convention: the step
 that ends an episode returns the next episode's first observation, the ended episode's
 ``terminated`` / ``truncated`` and its last observation in ``info["final_observation"]``
-(elsewhere ``final_observation`` is the observation itself), so targets bootstrap through
-time limits exactly as for gymnax envs.
+(the observation's structure; elsewhere ``final_observation`` is the observation itself),
+so targets bootstrap through time limits exactly as for gymnax envs.
 
 **Checkpoints.** A state's handles mean nothing in another process, so
 :func:`jaxrl.runner.run` saves the host envs beside each checkpoint: :func:`snapshot`
@@ -69,6 +80,8 @@ except ImportError as error:  # pragma: no cover - depends on the installation
     raise ImportError("'gymnasium:' env ids need the gymnasium package: pip install 'jaxrl[gymnasium]'") from error
 
 from jaxrl.envs import GYMNASIUM_PREFIX as PREFIX  # noqa: E402 - after the import check above
+from jaxrl.envs import observation_struct  # noqa: E402
+from jaxrl.envs.spaces import MultiDiscrete  # noqa: E402
 
 VECTORIZATION_MODES = ("sync", "async")
 
@@ -128,10 +141,23 @@ def _bounds(value, dtype) -> np.ndarray:
         return np.asarray(value).astype(dtype)
 
 
-def observation_space(space, env_id: str) -> spaces.Box:
-    """The gymnax space of a Gymnasium observation space (Box, Discrete, MultiDiscrete or
-    MultiBinary: all fixed-shape arrays); anything else is a ``ValueError``."""
+_OBSERVATION_SPACES = "Box, Discrete, MultiDiscrete and MultiBinary observations and Dict / Tuple spaces of them"
+_ACTION_SPACES = "Discrete, MultiDiscrete (1-D nvec), MultiBinary (1-D) and float Box actions"
+
+
+def observation_space(space, env_id: str, where: str = "observation"):
+    """The gymnax space of a Gymnasium observation space: Box, Discrete, MultiDiscrete and
+    MultiBinary become a ``Box`` (one fixed-shape array), Dict and Tuple a gymnax ``Dict``
+    (keys in the space's order) / ``Tuple`` of the converted sub-spaces, nested to any
+    depth. Anything else is a ``ValueError`` naming ``env_id`` and the space's place
+    ``where`` in the observation."""
     gym_spaces = gymnasium.spaces
+    if isinstance(space, gym_spaces.Dict):
+        return spaces.Dict(
+            {key: observation_space(sub, env_id, f"{where}[{key!r}]") for key, sub in space.spaces.items()}
+        )
+    if isinstance(space, gym_spaces.Tuple):
+        return spaces.Tuple([observation_space(sub, env_id, f"{where}[{i}]") for i, sub in enumerate(space.spaces)])
     if isinstance(space, gym_spaces.Box):
         dtype = _device_dtype(space.dtype)
         return spaces.Box(_bounds(space.low, dtype), _bounds(space.high, dtype), tuple(space.shape), dtype)
@@ -143,24 +169,44 @@ def observation_space(space, env_id: str) -> spaces.Box:
     if isinstance(space, gym_spaces.MultiBinary):
         return spaces.Box(np.int8(0), np.int8(1), tuple(space.shape), np.dtype(np.int8))
     raise ValueError(
-        f"unsupported observation space {space} of Gymnasium env {env_id!r}: the bridge supports Box, "
-        "Discrete, MultiDiscrete and MultiBinary observations"
+        f"unsupported observation space {space} at {where} of Gymnasium env {env_id!r}: the bridge supports "
+        f"{_OBSERVATION_SPACES}"
     )
 
 
 def action_space(space, env_id: str):
-    """The gymnax space of a Gymnasium action space: ``Discrete`` (actions 0..n-1, shifted
-    by the space's ``start`` on the host) or a float ``Box``; anything else is a
-    ``ValueError``."""
-    if isinstance(space, gymnasium.spaces.Discrete):
+    """The gymnax space of a Gymnasium action space: ``Discrete`` (actions 0..n-1),
+    :class:`jaxrl.envs.spaces.MultiDiscrete` for MultiDiscrete (int32 ``[k]``, choice
+    ``i`` in 0..nvec[i]-1) and MultiBinary(k) (``nvec = [2] * k``), or a float ``Box``.
+    Discrete and MultiDiscrete actions are shifted by the space's ``start`` on the host.
+    Anything else (including a MultiDiscrete or MultiBinary of more than one dimension)
+    is a ``ValueError``."""
+    gym_spaces = gymnasium.spaces
+    if isinstance(space, gym_spaces.Discrete):
         return spaces.Discrete(int(space.n))
-    if isinstance(space, gymnasium.spaces.Box) and np.issubdtype(space.dtype, np.floating):
+    if isinstance(space, (gym_spaces.MultiDiscrete, gym_spaces.MultiBinary)) and len(space.shape) == 1:
+        nvec = space.nvec if isinstance(space, gym_spaces.MultiDiscrete) else np.full(space.shape, 2)
+        return MultiDiscrete(np.asarray(nvec, np.int64))
+    if isinstance(space, gym_spaces.Box) and np.issubdtype(space.dtype, np.floating):
         dtype = np.dtype(np.float32)
         return spaces.Box(_bounds(space.low, dtype), _bounds(space.high, dtype), tuple(space.shape), dtype)
     raise ValueError(
-        f"unsupported action space {space} of Gymnasium env {env_id!r}: the bridge supports Discrete and "
-        "float Box actions"
+        f"unsupported action space {space} of Gymnasium env {env_id!r}: the bridge supports {_ACTION_SPACES}"
     )
+
+
+def _obs_layout(gymnax_space) -> tuple[tuple, Any]:
+    """``(leaves, treedef)`` of an observation of ``gymnax_space``: ``(path, shape,
+    dtype)`` of every array in ``jax.tree.leaves`` order, ``path`` being the dict keys /
+    tuple indices that lead to it in a Gymnasium observation, and the pytree structure
+    that puts the arrays back together."""
+    with_paths, treedef = jax.tree_util.tree_flatten_with_path(observation_struct(gymnax_space))
+    leaves = tuple(
+        # DictKey has .key, SequenceKey (a tuple's) .idx
+        (tuple(getattr(key, "key", getattr(key, "idx", None)) for key in path), tuple(leaf.shape), np.dtype(leaf.dtype))
+        for path, leaf in with_paths
+    )
+    return leaves, treedef
 
 
 # ----------------------------------------------------------------------------- ids and make
@@ -182,12 +228,11 @@ class _HostSpec:
     env_id: str
     make_kwargs: dict
     vectorization_mode: str
-    obs_shape: tuple
-    obs_dtype: np.dtype
-    discrete: bool
-    action_start: int  # Discrete actions: Gymnasium's ``start``
-    action_shape: tuple  # () for Discrete actions
-    action_dtype: np.dtype  # Box actions: the dtype Gymnasium expects
+    obs_leaves: tuple  # (path, shape, dtype) per observation array, as _obs_layout gives
+    integer_actions: bool  # Discrete or MultiDiscrete (int32 on the device), else float Box
+    action_start: int | tuple  # integer actions: Gymnasium's ``start`` (a tuple per choice for MultiDiscrete)
+    action_shape: tuple  # () for Discrete actions, (k,) for MultiDiscrete
+    action_dtype: np.dtype  # the dtype Gymnasium expects
 
     def make_vector_env(self, num_envs: int):
         vector_kwargs = {"autoreset_mode": AutoresetMode.SAME_STEP}
@@ -204,15 +249,25 @@ class _HostSpec:
 
     def actions_from_bits(self, bits: np.ndarray) -> np.ndarray:
         """Actions ``[B, *action_shape]`` (int32 or float32) from their int32 bits ``[B, A]``."""
-        return bits.view(np.int32 if self.discrete else np.float32).reshape((-1,) + self.action_shape)
+        return bits.view(np.int32 if self.integer_actions else np.float32).reshape((-1,) + self.action_shape)
 
     def to_host_actions(self, action: np.ndarray) -> np.ndarray:
-        if self.discrete:
-            return action.astype(np.int64) + self.action_start
+        """Device actions ``[B, *action_shape]`` as Gymnasium takes them: shifted by
+        ``start`` and cast (int64 for Discrete and MultiDiscrete, int8 for MultiBinary)."""
+        if self.integer_actions:
+            return (action.astype(np.int64) + np.asarray(self.action_start, np.int64)).astype(self.action_dtype)
         return action.astype(self.action_dtype)
 
-    def to_device_obs(self, obs) -> np.ndarray:
-        return np.asarray(obs).astype(self.obs_dtype, copy=False).reshape((-1,) + self.obs_shape)
+    def to_device_obs(self, obs) -> list[np.ndarray]:
+        """The arrays ``[B, *shape]`` of Gymnasium observations of B envs (a vector env's
+        batch, or one env's observation with B = 1), in ``jax.tree.leaves`` order."""
+        leaves = []
+        for path, shape, dtype in self.obs_leaves:
+            leaf = obs
+            for key in path:  # a vector env batches Dict / Tuple observations leaf by leaf
+                leaf = leaf[key]
+            leaves.append(np.asarray(leaf).astype(dtype, copy=False).reshape((-1,) + shape))
+        return leaves
 
 
 _PROBES: dict = {}  # (env_id, sorted make_kwargs) -> what _probe found
@@ -286,15 +341,17 @@ class GymnasiumEnv:
         self._observation_space = observation_space(obs_space, env_id)
         self._action_space = action_space(act_space, env_id)
         self._max_steps = max_steps
-        discrete = isinstance(self._action_space, spaces.Discrete)
+        integer_actions = not isinstance(self._action_space, spaces.Box)
+        start = np.asarray(getattr(act_space, "start", 0), np.int64)  # MultiBinary and Box have none
+        obs_leaves, self._obs_treedef = _obs_layout(self._observation_space)
+        self._obs_structs = [jax.ShapeDtypeStruct(shape, dtype) for _, shape, dtype in obs_leaves]
         self._host = _HostSpec(
             env_id=env_id,
             make_kwargs=dict(make_kwargs),
             vectorization_mode=vectorization_mode,
-            obs_shape=tuple(self._observation_space.shape),
-            obs_dtype=np.dtype(self._observation_space.dtype),
-            discrete=discrete,
-            action_start=int(act_space.start) if discrete else 0,
+            obs_leaves=obs_leaves,
+            integer_actions=integer_actions,
+            action_start=tuple(start.tolist()) if start.ndim else int(start),
             action_shape=tuple(self._action_space.shape),
             action_dtype=np.dtype(act_space.dtype),
         )
@@ -321,7 +378,8 @@ class GymnasiumEnv:
         return self._action_space
 
     def reset(self, key: jax.Array, params: GymnasiumParams | None = None):
-        """Start an episode in one env: ``(obs [*obs_shape], state)``.
+        """Start an episode in one env: ``(obs, state)``, ``obs`` an array or a dict /
+        tuple of arrays as :meth:`observation_space` describes.
 
         Batch it with ``jax.vmap`` over keys ``[N]``: the N lanes (times any outer vmap)
         become one vector env, reset in one host call, each sub-env seeded from its key.
@@ -330,8 +388,9 @@ class GymnasiumEnv:
         site = _ResetSite(self._host)
         self._reset_sites.append(site)
         seed = jax.random.bits(key, dtype=jnp.uint32)
-        obs, ref = _batched_callback(site, (self._obs_struct(), jax.ShapeDtypeStruct((2,), jnp.int32)), seed)
-        return obs, GymnasiumState(handle=ref[0], lane=ref[1], count=jnp.zeros((), jnp.int32))
+        *leaves, ref = _batched_callback(site, (*self._obs_structs, jax.ShapeDtypeStruct((2,), jnp.int32)), seed)
+        state = GymnasiumState(handle=ref[0], lane=ref[1], count=jnp.zeros((), jnp.int32))
+        return jax.tree.unflatten(self._obs_treedef, leaves), state
 
     def step(self, key: jax.Array, state: GymnasiumState, action, params: GymnasiumParams | None = None):
         """One step of one env (batch it with ``jax.vmap``, one host call for all lanes).
@@ -342,20 +401,22 @@ class GymnasiumEnv:
         """
         del key, params
         action = jnp.reshape(jnp.asarray(action, self._action_space.dtype), self._action_space.shape)
-        # One int32 array in, two arrays out: JAX copies every callback argument and
-        # result on its own, at a cost per array that exceeds a CartPole step.
+        # One int32 array in, one array per observation leaf plus one out: JAX copies
+        # every callback argument and result on its own, at a cost per array that
+        # exceeds a CartPole step.
         packed = jnp.concatenate(
             [jnp.stack([state.handle, state.lane, state.count]).astype(jnp.int32), _bits(action).reshape(-1)]
         )
-        obs_pair, scalars = _batched_callback(
+        *pairs, scalars = _batched_callback(
             _step_host,
             (
-                jax.ShapeDtypeStruct((2,) + self._host.obs_shape, self._host.obs_dtype),
+                *(jax.ShapeDtypeStruct((2,) + leaf.shape, leaf.dtype) for leaf in self._obs_structs),
                 jax.ShapeDtypeStruct((4,), jnp.int32),
             ),
             packed,
         )
-        obs, final_obs = obs_pair[0], obs_pair[1]
+        obs = jax.tree.unflatten(self._obs_treedef, [pair[0] for pair in pairs])
+        final_obs = jax.tree.unflatten(self._obs_treedef, [pair[1] for pair in pairs])
         reward = jax.lax.bitcast_convert_type(scalars[0], jnp.float32)
         terminated, truncated = scalars[1].astype(bool), scalars[2].astype(bool)
         info = {
@@ -370,7 +431,7 @@ class GymnasiumEnv:
         """Play one episode on the host in one Gymnasium env made as this env's sub-envs
         are, with ``render_mode="rgb_array"``, and keep its frames.
 
-        ``policy(obs [*obs_shape]) -> action`` sees observations as :meth:`reset` /
+        ``policy(obs) -> action`` sees observations as :meth:`reset` /
         :meth:`step` return them and returns actions as :meth:`step` takes them. The
         episode starts from ``reset(seed=seed)`` and runs to its end (or ``max_steps``).
         Returns ``(frames, return, fps)``: uint8 frames ``[T + 1, H, W, 3]`` (the first
@@ -395,7 +456,8 @@ class GymnasiumEnv:
             obs, _ = env.reset(seed=int(seed))
             frames, total, done, steps = [self._frame(env)], 0.0, False, 0
             while not done and (max_steps is None or steps < max_steps):
-                action = np.asarray(policy(self._host.to_device_obs(obs)[0]))
+                leaves = [leaf[0] for leaf in self._host.to_device_obs(obs)]
+                action = np.asarray(policy(jax.tree.unflatten(self._obs_treedef, leaves)))
                 obs, reward, terminated, truncated, _ = env.step(self._host.to_host_actions(action[None])[0])
                 frames.append(self._frame(env))
                 total, done, steps = total + float(reward), bool(terminated or truncated), steps + 1
@@ -415,9 +477,6 @@ class GymnasiumEnv:
                 f"{self.name} rendered a frame of shape {frame.shape} and dtype {frame.dtype}, not [H, W, 3] uint8"
             )
         return frame
-
-    def _obs_struct(self):
-        return jax.ShapeDtypeStruct(self._host.obs_shape, self._host.obs_dtype)
 
 
 def _bits(x: jax.Array) -> jax.Array:
@@ -499,7 +558,7 @@ class _Batch:
             _BATCHES.pop(self.handle, None)
         return True
 
-    def reset(self, seeds: np.ndarray) -> np.ndarray:
+    def reset(self, seeds: np.ndarray) -> list[np.ndarray]:
         try:
             obs, _ = self.vector_env.reset(seed=[int(s) for s in seeds])
         except Exception as error:
@@ -509,9 +568,9 @@ class _Batch:
 
     def step(self, lanes: np.ndarray, counts: np.ndarray, actions: np.ndarray):
         """Step every sub-env with the actions of ``lanes`` (any order, each lane once).
-        Returns ``obs_pair [B, 2, ...]`` (observation, final observation) and int32
-        ``scalars [B, 4]`` (reward's float32 bits, terminated, truncated, count), in the
-        order of ``lanes``."""
+        Returns ``(*pairs, scalars)``: per observation leaf ``pair [B, 2, *shape]``
+        (observation, final observation), and int32 ``scalars [B, 4]`` (reward's float32
+        bits, terminated, truncated, count), in the order of ``lanes``."""
         with self.lock:
             if self.closed:
                 raise GymnasiumEnvError(f"{self.describe()} is closed")
@@ -539,19 +598,17 @@ class _Batch:
                     f"{self.describe()} raised at step {self.count + 1} after reset: {type(error).__name__}: {error}"
                 ) from error
             self.count += 1
-            obs_pair = np.empty((self.num_envs, 2) + self.host.obs_shape, self.host.obs_dtype)
-            obs_pair[:, 0] = self.host.to_device_obs(obs)
-            obs_pair[:, 1] = obs_pair[:, 0]
+            pairs = [np.stack([leaf, leaf], axis=1) for leaf in self.host.to_device_obs(obs)]
             for lane in np.flatnonzero(info.get("_final_obs", ())):
-                obs_pair[lane, 1] = self.host.to_device_obs(info["final_obs"][lane])[0]
+                for pair, final in zip(pairs, self.host.to_device_obs(info["final_obs"][lane])):
+                    pair[lane, 1] = final[0]
             scalars = np.empty((self.num_envs, 4), np.int32)
             scalars[:, 0] = np.asarray(reward, np.float32).view(np.int32)
             scalars[:, 1] = terminated
             scalars[:, 2] = truncated
             scalars[:, 3] = self.count
-            if not in_order:
-                obs_pair, scalars = obs_pair[lanes], scalars[lanes]
-            return obs_pair, scalars
+            outs = (*pairs, scalars)
+            return tuple(out[lanes] for out in outs) if not in_order else outs
 
 
 def _lookup(handle: int) -> _Batch:
@@ -593,11 +650,11 @@ class _ResetSite:
                     f"could not make {num_envs} Gymnasium env(s) {self.host.env_id!r}: {type(error).__name__}: {error}"
                 ) from error
             batch = _Batch(self.host, vector_env, num_envs)
-        obs = batch.reset(seeds)
+        leaves = batch.reset(seeds)
         with _LOCK:
             _BATCHES[batch.handle] = batch
         self.current[0] = batch
-        return obs, np.stack([np.full(num_envs, batch.handle), np.arange(num_envs)], axis=1).astype(np.int32)
+        return *leaves, np.stack([np.full(num_envs, batch.handle), np.arange(num_envs)], axis=1).astype(np.int32)
 
 
 def _close_current(current: list) -> None:
@@ -609,7 +666,7 @@ def _close_current(current: list) -> None:
 def _step_host(packed):
     """The step callback. ``packed [B, 3 + A]`` int32 holds each lane's handle, lane and
     count and its action's bits; the lanes may come from several resets in any order
-    (each reset's vector env is stepped once). Returns ``(obs_pair, scalars)`` as
+    (each reset's vector env is stepped once). Returns ``(*pairs, scalars)`` as
     :meth:`_Batch.step` does, for all B lanes."""
     packed = np.asarray(packed)
     handles, lanes, counts = packed[:, 0], packed[:, 1], packed[:, 2]
