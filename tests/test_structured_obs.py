@@ -1,5 +1,5 @@
 """Structured observations (dicts and tuples of arrays) and action masks: env specs,
-per-leaf encoders, per-leaf observation statistics, and PPO / DQN on a registered
+per-leaf encoders, per-leaf observation statistics, and PPO / DQN / ES on a registered
 dict-observation env whose mask changes every step (a masked action is never taken)."""
 
 from __future__ import annotations
@@ -160,9 +160,7 @@ def test_observation_statistics_per_float_leaf():
     np.testing.assert_allclose(normalized["position"], expected, rtol=1e-3, atol=1e-4)
 
 
-def test_algorithms_without_structured_observations_say_so():
-    with pytest.raises(ValueError, match="needs array observations.*ppo, a2c, reinforce, impala, dqn, sac, ddpg"):
-        es.Config(env_id=ENV_ID)
+def test_datasets_without_structured_observations_say_so():
     act = lambda params, obs, carry, key: (jnp.zeros(obs["cue"].shape[0], jnp.int32), carry)  # noqa: E731
     with pytest.raises(ValueError, match="datasets hold array observations"):
         data.collect_dataset(act, None, ENV_ID, jax.random.key(0), 8)
@@ -216,7 +214,26 @@ def dqn_metrics():
     return run(dqn, config)
 
 
-@pytest.mark.parametrize("name", ["ppo_metrics", "dqn_metrics"])
+@pytest.fixture(scope="module")
+def es_metrics():
+    # OpenAI-ES on MaskedCue: 32 members x 2 episodes of 8 steps, 40 generations (20,480
+    # steps); observation normalisation per float leaf (the mask is left alone).
+    config = es.Config(
+        env_id=ENV_ID,
+        population_size=32,
+        episodes_per_member=2,
+        total_timesteps=32 * 2 * EPISODE * 40,
+        hidden_sizes=(16,),
+        num_evals=3,
+        eval_episodes=16,
+    )
+    metrics = run(es, config)
+    # A generation's worst member: ES plays deterministic policies, masked like the evaluations.
+    metrics["episode_return"] = metrics["fitness_min"]
+    return metrics
+
+
+@pytest.mark.parametrize("name", ["ppo_metrics", "dqn_metrics", "es_metrics"])
 def test_a_masked_action_is_never_taken_and_the_cue_is_learned(name, request):
     """Every finished episode, in training (sampled / epsilon-greedy actions) and in the
     deterministic evaluations, has a return >= 0: one masked action would cost 1000.

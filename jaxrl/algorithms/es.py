@@ -45,6 +45,7 @@ from jax.flatten_util import ravel_pytree
 
 from jaxrl import envs, evaluation, loop, networks
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
+from jaxrl.distributions import mask_actions
 from jaxrl.types import TrainOutput
 
 __all__ = [
@@ -112,7 +113,6 @@ class Config:
         for field in ("sample_actions", "normalize_observations"):
             require_choice(self, field, (True, False))
         spec = envs.config_spec(self)
-        envs.require_array_observations(self, "es")
         require_network(self, spec.obs_ndim)
         envs.refuse_multi_discrete(spec, self.env_id, "es")
         if not spec.discrete and len(spec.action_shape) != 1:
@@ -168,7 +168,7 @@ def make_network(config) -> networks.Actor:
         network=config.network,
         hidden_sizes=config.hidden_sizes,
         activation=config.activation,
-        obs_ndim=len(spec.obs_shape),
+        obs_ndim=spec.obs_ndim,
     )
 
 
@@ -179,11 +179,15 @@ def initial_carry(config, batch_size: int):
 
 
 def _policy(network_params, obs_stats, obs: jax.Array, key: jax.Array, config, deterministic: bool):
-    """Actions ``[B, ...]`` of one set of network parameters for raw observations ``[B, ...]``."""
+    """Actions ``[B, ...]`` of one set of network parameters for raw observations
+    (leaves ``[B, ...]``); masked actions (``obs["action_mask"]``) are never chosen."""
+    raw_obs = obs
     if config.normalize_observations:
-        obs = envs.normalize(obs_stats, obs)
+        obs = envs.normalize_observation(obs_stats, obs)
     out = make_network(config).apply(network_params, obs)
     spec = envs.config_spec(config)
+    if spec.action_mask:
+        out = mask_actions(out, raw_obs[envs.ACTION_MASK])
     if spec.discrete:
         if deterministic:
             return jnp.argmax(out, axis=-1).astype(jnp.int32)
@@ -194,7 +198,7 @@ def _policy(network_params, obs_stats, obs: jax.Array, key: jax.Array, config, d
 
 
 def act(params: dict, obs: jax.Array, carry, key: jax.Array, config, deterministic: bool = False):
-    """``(action [B, ...], carry)`` for raw observations ``[B, *obs_shape]``; ``carry``
+    """``(action [B, ...], carry)`` for raw observations (leaves ``[B, ...]``); ``carry``
     is ``()`` (no memory). Argmax / the squashed mean if ``deterministic``, else a
     categorical sample / the mean plus ``action_noise``."""
     return _policy(params["network"], params["obs_stats"], obs, key, config, deterministic), carry
@@ -264,8 +268,8 @@ def init(key: jax.Array, config: Config) -> State:
     config.check_traced()
     spec = envs.config_spec(config)
     network_key, strategy_key = jax.random.split(key)
-    network = make_network(config).init(network_key, jnp.zeros((1,) + spec.obs_shape, jnp.float32))
-    params = {"network": network, "obs_stats": envs.running_stats_init(spec.obs_shape)}
+    network = make_network(config).init(network_key, spec.zeros((1,)))
+    params = {"network": network, "obs_stats": envs.observation_stats_init(spec.observation)}
     flat, _ = _flat(params)
     if config.strategy == "openai_es":
         strategy_state = _adam(config).init(flat)
@@ -292,8 +296,9 @@ def play(params: dict, population: jax.Array, key: jax.Array, config: Config):
     """Every member's episodes, to their ends or the time limit, as one vmapped rollout.
 
     Returns ``(fitness [P], lengths [P, E] int32, obs_moments)``: each member's mean
-    return, its episodes' lengths, and ``(count, sum, sum of squares)`` of the
-    observations seen (offset by ``params["obs_stats"].mean``) for the running statistics.
+    return, its episodes' lengths, and ``(count, sums, sums of squares)`` of the
+    observations seen (lists, one entry per normalised leaf, centred on its running mean)
+    for the running statistics.
     """
     env, env_params = envs.make(config.env_id, **dict(config.env_kwargs))
     env = envs.ClipAction(env)
@@ -307,13 +312,12 @@ def play(params: dict, population: jax.Array, key: jax.Array, config: Config):
     reset_keys = jnp.tile(jax.random.split(reset_key, episodes), members)
     obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(reset_keys, env_params)
     step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
-    by_member = lambda x: x.reshape((members, episodes) + x.shape[1:])  # noqa: E731
+    by_member = lambda tree: jax.tree.map(lambda x: x.reshape((members, episodes) + x.shape[1:]), tree)  # noqa: E731
     flat = lambda x: x.reshape((members * episodes,) + x.shape[2:])  # noqa: E731
     policy = jax.vmap(
         functools.partial(_policy, config=config, deterministic=not config.sample_actions),
         in_axes=(0, None, 0, 0),
     )
-    obs_shape = obs.shape[1:]
 
     def cond(carry):
         t, *_, running = carry
@@ -323,10 +327,11 @@ def play(params: dict, population: jax.Array, key: jax.Array, config: Config):
         t, obs, env_state, total, length, moments, running = carry
         act_key, env_key = jax.random.split(jax.random.fold_in(run_key, t))
         action = flat(policy(networks_, obs_stats, by_member(obs), jax.random.split(act_key, members)))
-        weight = running.astype(jnp.float32).reshape((-1,) + (1,) * len(obs_shape))
-        centred = (obs.astype(jnp.float32) - obs_stats.mean) * weight
         count, first, second = moments
-        moments = (count + jnp.sum(running), first + jnp.sum(centred, 0), second + jnp.sum(centred**2, 0))
+        sums = [_centred_sums(stats, x, running) for stats, x in _float_leaves(obs_stats, obs)]
+        first = [f + s for f, (s, _) in zip(first, sums, strict=True)]
+        second = [q + s for q, (_, s) in zip(second, sums, strict=True)]
+        moments = (count + jnp.sum(running), first, second)
         obs, env_state, reward, terminated, truncated, _ = step(
             jax.random.split(env_key, members * episodes), env_state, action, env_params
         )
@@ -336,7 +341,7 @@ def play(params: dict, population: jax.Array, key: jax.Array, config: Config):
         return t + 1, obs, env_state, total, length, moments, running
 
     size = members * episodes
-    zeros = jnp.zeros(obs_shape, jnp.float32)
+    zeros = [jnp.zeros_like(stats.mean) for stats, _ in _float_leaves(obs_stats, obs)]
     start = (
         jnp.zeros((), jnp.int32),
         obs,
@@ -350,10 +355,36 @@ def play(params: dict, population: jax.Array, key: jax.Array, config: Config):
     return jnp.mean(by_member(total), axis=1), by_member(length), moments
 
 
-def _merge_obs_stats(stats: envs.RunningStats, moments) -> envs.RunningStats:
-    """Fold ``(count, sum, sum of squares)`` of observations centred on ``stats.mean``
-    into the running statistics (Chan et al.'s parallel update)."""
+def _float_leaves(obs_stats, obs) -> list:
+    """``(RunningStats, leaf [B, ...])`` for every normalised leaf of ``obs``: the whole
+    array observation, or each float leaf of a structured one (see
+    :func:`jaxrl.envs.observation_stats_init`)."""
+    if isinstance(obs_stats, envs.RunningStats):
+        return [(obs_stats, obs)]
+    return [(stats, x) for stats, x in zip(obs_stats, jax.tree.leaves(obs), strict=True) if stats is not None]
+
+
+def _centred_sums(stats: envs.RunningStats, x: jax.Array, running: jax.Array):
+    """Sum and sum of squares over the batch of ``x [B, ...]`` centred on ``stats.mean``,
+    counting the rows where ``running [B]``."""
+    weight = running.astype(jnp.float32).reshape((-1,) + (1,) * (x.ndim - 1))
+    centred = (x.astype(jnp.float32) - stats.mean) * weight
+    return jnp.sum(centred, 0), jnp.sum(centred**2, 0)
+
+
+def _merge_obs_stats(obs_stats, moments):
+    """Fold ``(count, sums, sums of squares)`` (one per :func:`_float_leaves` entry) of
+    observations centred on the running means into ``obs_stats``."""
     count, first, second = moments
+    if isinstance(obs_stats, envs.RunningStats):
+        return _merge(obs_stats, count, first[0], second[0])
+    sums = iter(zip(first, second, strict=True))
+    return [None if stats is None else _merge(stats, count, *next(sums)) for stats in obs_stats]
+
+
+def _merge(stats: envs.RunningStats, count, first, second) -> envs.RunningStats:
+    """Fold ``count`` observations' ``first`` / ``second`` sums centred on ``stats.mean``
+    into the running statistics (Chan et al.'s parallel update)."""
     count = count.astype(jnp.float32)
     safe = jnp.maximum(count, 1.0)
     delta = first / safe  # batch mean - running mean
