@@ -7,14 +7,19 @@
 
 A :class:`Dataset` is a pytree of flat ``[S, ...]`` arrays (``S`` transitions) that
 offline algorithms such as :mod:`jaxrl.algorithms.bc` take as an argument to ``init``
-and ``train``.
+and ``train``. Observations keep the env's structure: an array, or a dict / tuple
+(nested too) of arrays, each leaf ``[S, ...]``; a file stores each leaf under its key
+path (``obs['image']``, ``next_obs[0]``), from which :func:`load_dataset` rebuilds it.
 """
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import tempfile
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +41,8 @@ _SCALAR_FIELDS = {
 }
 # Metadata stored next to the arrays in the .npz file ("_" marks them as not fields).
 _META = ("_format_version", "_env_id", "_num_envs")
+# The fields that may be pytrees; a file names each of their leaves by its key path.
+_OBS_FIELDS = ("obs", "next_obs")
 
 
 @struct.dataclass
@@ -50,12 +57,12 @@ class Dataset:
     of the next episode (as in :class:`jaxrl.types.Trajectory`).
     """
 
-    obs: jax.Array  # [S, *obs_shape] observation the action was chosen from
+    obs: Any  # [S, *obs_shape] observation the action was chosen from (a pytree of such leaves if structured)
     action: jax.Array  # [S, *action_shape]: int32 [S] for discrete actions
     reward: jax.Array  # [S] float32
     terminated: jax.Array  # [S] bool: the MDP ended (do not bootstrap)
     truncated: jax.Array  # [S] bool: cut by a time limit
-    next_obs: jax.Array  # [S, *obs_shape] observation the step produced, before any reset
+    next_obs: Any  # [S, *obs_shape] observation the step produced, before any reset (structured as obs)
     episode_return: jax.Array  # [S] float32 return of the episode that ended at this step, else 0
     episode_length: jax.Array  # [S] int32 length of that episode, else 0
     env_id: str = static("")  # the env it was recorded on ("" if unknown)
@@ -64,7 +71,7 @@ class Dataset:
     @property
     def size(self) -> int:
         """``S``, the number of transitions."""
-        return self.obs.shape[0]
+        return jax.tree.leaves(self.obs)[0].shape[0]
 
     @property
     def done(self) -> jax.Array:
@@ -102,7 +109,8 @@ def collect_dataset(
 
     Args:
       act_fn: ``act_fn(params, obs [N, *obs_shape], carry, key) -> (action [N,
-        *action_shape], carry)``, as for :func:`jaxrl.evaluation.evaluate`, e.g.
+        *action_shape], carry)`` (``obs`` a pytree of ``[N, ...]`` leaves for a
+        structured observation), as for :func:`jaxrl.evaluation.evaluate`, e.g.
         ``functools.partial(ppo.act, config=config, deterministic=True)``.
       params: whatever ``act_fn`` needs (``state.params``).
       carry: the policy's memory before the first steps (the algorithm's
@@ -121,8 +129,6 @@ def collect_dataset(
         raise ValueError(f"num_steps ({num_steps}) must be a multiple of num_envs ({num_envs})")
     env, env_params = envs.make(env_id, **dict(env_kwargs or {}))
     spec = envs.spec(env, env_params)
-    if spec.structured:
-        raise ValueError(f"datasets hold array observations; {env_id} gives structured ones (dicts / tuples)")
     if spec.padding_steps:
         raise ValueError(f"datasets hold transitions; {env_id} inserts steps that are not (e.g. envpool's reset step)")
     env = envs.EpisodeStatistics(env)
@@ -144,30 +150,123 @@ def collect_dataset(
         trajectory, *_ = rollout.collect(env, env_params, policy, env_state, obs, run_key, steps_per_env, carry)
         # [T, N, ...] -> [N, T, ...] -> [N * T, ...]: each env's steps stay contiguous.
         flat = lambda x: jnp.swapaxes(x, 0, 1).reshape((num_steps,) + x.shape[2:])  # noqa: E731
-        return Dataset(**{name: flat(getattr(trajectory, name)) for name in FIELDS}, env_id=env_id, num_envs=num_envs)
+        fields = {name: jax.tree.map(flat, getattr(trajectory, name)) for name in FIELDS}
+        return Dataset(**fields, env_id=env_id, num_envs=num_envs)
 
     return run(params, carry, key)
+
+
+# ----------------------------------------------------------------------------- leaf names
+
+
+def leaf_names(field: str, tree) -> dict[str, Any]:
+    """``{name: leaf}`` over a dataset field's leaves, in ``jax.tree.leaves`` order.
+
+    An array is named ``field``; the leaves of a dict (string keys) / tuple / list of
+    arrays, nested to any depth, are named ``field`` followed by their key path, e.g.
+    ``obs['image']`` or ``next_obs[0]['goal']``. A file stores each leaf under this name
+    and errors name leaves by it (a list comes back from a file as a tuple). Any other
+    container is a ``ValueError``, as its structure could not be rebuilt from the names.
+    """
+    named = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        name = field
+        for entry in path:
+            if isinstance(entry, jax.tree_util.DictKey) and isinstance(entry.key, str):
+                name += f"[{entry.key!r}]"
+            elif isinstance(entry, jax.tree_util.SequenceKey):
+                name += f"[{entry.idx}]"
+            else:
+                raise ValueError(
+                    f"dataset field {field!r} must be an array or a dict (string keys) / tuple of arrays; "
+                    f"it has {entry} below {name}"
+                )
+        named[name] = leaf
+    return named
+
+
+# One step of a key path in a leaf name: a tuple index, or a dict key as its Python repr.
+_PATH_ENTRY = re.compile(r"""\[(\d+|'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")\]""")
+
+
+def _parse_leaf_name(name: str) -> tuple[str, tuple] | None:
+    """``(field, path)`` for a name :func:`leaf_names` gives (path entries: ``int`` tuple
+    indices, ``str`` dict keys), or None if ``name`` is no such name."""
+    field = next((f for f in FIELDS if name == f or (f in _OBS_FIELDS and name.startswith(f + "["))), None)
+    if field is None:
+        return None
+    path, position = [], len(field)
+    while position < len(name):
+        match = _PATH_ENTRY.match(name, position)
+        if match is None:
+            return None
+        token = match.group(1)
+        path.append(int(token) if token.isdigit() else ast.literal_eval(token))
+        position = match.end()
+    return field, tuple(path)
+
+
+def _build_tree(field: str, leaves: list[tuple[tuple, str, Any]]):
+    """The pytree whose leaves are ``(path, name, array)`` (paths as
+    :func:`_parse_leaf_name` gives them): an array, or dicts (str keys) and tuples
+    (indices ``0..n-1``). ValueError naming the leaves if they form no such tree."""
+    if len(leaves) == 1 and leaves[0][0] == ():
+        return leaves[0][2]
+    groups: dict = {}
+    for path, name, array in leaves:
+        groups.setdefault(path[0] if path else None, []).append((path[1:], name, array))
+    heads = list(groups)  # None: an array where other leaves say there is a container
+    if all(isinstance(head, str) for head in heads):
+        return {head: _build_tree(field, groups[head]) for head in heads}
+    if all(isinstance(head, int) for head in heads) and sorted(heads) == list(range(len(heads))):
+        return tuple(_build_tree(field, groups[index]) for index in range(len(heads)))
+    names = ", ".join(name for _, name, _ in leaves)
+    raise ValueError(f"dataset field {field!r}: the leaves {names} form no array, dict or tuple (0..n-1)")
 
 
 # ----------------------------------------------------------------------------- checking
 
 
 def check_dataset(dataset: Dataset, spec: envs.EnvSpec | None = None, env_name: str = "the env") -> None:
-    """Raise ``ValueError`` naming the field unless ``dataset``'s arrays fit the schema
-    (and, given an env ``spec``, that env's observation and action shapes).
+    """Raise ``ValueError`` naming the field, or the observation leaf (as
+    :func:`leaf_names` names it), unless ``dataset``'s arrays fit the schema (and, given an
+    env ``spec``, that env's observation structure, each leaf's shape, and its action
+    shape).
 
-    Only shapes and dtypes are read, so this works on traced arrays inside ``jit``.
+    Observation dtypes are checked against ``spec`` only where the env declares a bool
+    leaf (an action mask): gymnax envs do not all return the dtypes their observation
+    spaces declare (``Catch-bsuite`` gives float32 for int32), so a stricter check would
+    refuse the datasets :func:`collect_dataset` records. Only shapes and dtypes are
+    read, so this works on traced arrays inside ``jit``.
     """
-    obs = dataset.obs
-    if np.ndim(obs) < 2:
-        raise ValueError(f"dataset field 'obs' must be [S, *obs_shape] (rank >= 2), got shape {np.shape(obs)}")
-    size = obs.shape[0]
+    obs = leaf_names("obs", dataset.obs)
+    if not obs:
+        raise ValueError("dataset field 'obs' holds no arrays")
+    first = next(iter(obs))
+    if np.ndim(obs[first]) < 1:
+        raise ValueError(f"dataset field {first!r} must be [S, ...] (rank >= 1), got shape {np.shape(obs[first])}")
+    size = np.shape(obs[first])[0]
     if size < 1:
-        raise ValueError("dataset field 'obs' holds no transitions (S = 0)")
-    if dataset.next_obs.shape != obs.shape:
+        raise ValueError(f"dataset field {first!r} holds no transitions (S = 0)")
+    for name, leaf in obs.items():
+        if np.ndim(leaf) < 1 or np.shape(leaf)[0] != size:
+            raise ValueError(f"dataset field {name!r} must be [{size}, ...] like {first!r}, got shape {np.shape(leaf)}")
+    next_obs = leaf_names("next_obs", dataset.next_obs)
+    paths, next_paths = [name[len("obs") :] for name in obs], [name[len("next_obs") :] for name in next_obs]
+    if sorted(paths) != sorted(next_paths):
         raise ValueError(
-            f"dataset field 'next_obs' must have the shape of obs {obs.shape}, got {dataset.next_obs.shape}"
+            f"dataset field 'next_obs' must have the leaves of obs ({', '.join(obs)}), got {', '.join(next_obs)}"
         )
+    for path in paths:
+        leaf, next_leaf, name = obs["obs" + path], next_obs["next_obs" + path], "next_obs" + path
+        if np.shape(next_leaf) != np.shape(leaf):
+            raise ValueError(
+                f"dataset field {name!r} must have the shape of obs{path} {np.shape(leaf)}, got {np.shape(next_leaf)}"
+            )
+        if next_leaf.dtype != leaf.dtype:
+            raise ValueError(
+                f"dataset field {name!r} must have the dtype of obs{path} ({leaf.dtype}), got {next_leaf.dtype}"
+            )
     if np.ndim(dataset.action) < 1 or dataset.action.shape[0] != size:
         raise ValueError(
             f"dataset field 'action' must be [{size}, *action_shape], got shape {np.shape(dataset.action)}"
@@ -182,10 +281,19 @@ def check_dataset(dataset: Dataset, spec: envs.EnvSpec | None = None, env_name: 
         raise ValueError(f"dataset num_envs ({dataset.num_envs}) must divide its {size} transitions")
     if spec is None:
         return
-    if obs.shape[1:] != spec.obs_shape:
+    expected = leaf_names("obs", spec.observation)
+    if sorted(obs) != sorted(expected):
         raise ValueError(
-            f"dataset field 'obs' has observations of shape {obs.shape[1:]}, expected {spec.obs_shape} for {env_name}"
+            f"dataset field 'obs' has the leaves {', '.join(obs)}, expected {', '.join(expected)} for {env_name}"
         )
+    for name, leaf in obs.items():
+        if leaf.shape[1:] != expected[name].shape:
+            raise ValueError(
+                f"dataset field {name!r} has observations of shape {leaf.shape[1:]}, "
+                f"expected {expected[name].shape} for {env_name}"
+            )
+        if _is_kind(expected[name].dtype, "bool") and not _is_kind(leaf.dtype, "bool"):
+            raise ValueError(f"dataset field {name!r} must be bool for {env_name} (its space is), got {leaf.dtype}")
     if dataset.action.shape[1:] != spec.action_shape:
         raise ValueError(
             f"dataset field 'action' has actions of shape {dataset.action.shape[1:]}, "
@@ -215,15 +323,19 @@ def check_env_dataset(dataset: Dataset, env_id: str, env_kwargs=None) -> None:
 
 
 def save_dataset(path: str | os.PathLike, dataset: Dataset) -> None:
-    """Write ``dataset`` to ``path`` as an uncompressed ``.npz`` (one array per field,
-    plus ``_format_version``, ``_env_id`` and ``_num_envs``).
+    """Write ``dataset`` to ``path`` as an uncompressed ``.npz``: one array per field
+    (per observation leaf for structured observations, named by :func:`leaf_names`),
+    plus ``_format_version``, ``_env_id`` and ``_num_envs``. Array observations are
+    stored as before structured ones existed, so format version 1 covers both.
 
     The file is written under a temporary name in the same directory and moved into
     place with ``os.replace``, so a crash never leaves a half-written file at ``path``
     (an existing file there stays intact until the new one is complete).
     """
     check_dataset(dataset)
-    arrays = {name: np.asarray(getattr(dataset, name)) for name in FIELDS}
+    arrays = {
+        name: np.asarray(leaf) for field in FIELDS for name, leaf in leaf_names(field, getattr(dataset, field)).items()
+    }
     meta = {
         "_format_version": np.int64(FORMAT_VERSION),
         "_env_id": np.str_(dataset.env_id),
@@ -244,7 +356,8 @@ def save_dataset(path: str | os.PathLike, dataset: Dataset) -> None:
 
 
 def load_dataset(path: str | os.PathLike, env_id: str | None = None, env_kwargs=None) -> Dataset:
-    """Read a dataset written by :func:`save_dataset` and check its schema.
+    """Read a dataset written by :func:`save_dataset` and check its schema; structured
+    observations are rebuilt from their leaves' names (dicts and tuples).
 
     Given ``env_id`` (and ``env_kwargs`` overrides), also check that the file was
     recorded on that env and that its observation and action shapes fit it. Raises
@@ -258,17 +371,27 @@ def load_dataset(path: str | os.PathLike, env_id: str | None = None, env_kwargs=
     version = int(contents["_format_version"])
     if version != FORMAT_VERSION:
         raise ValueError(f"{os.fspath(path)} has dataset _format_version {version}; this jaxrl reads {FORMAT_VERSION}")
-    missing = [name for name in FIELDS + _META if name not in contents]
+    leaves, unknown = {field: [] for field in FIELDS}, []
+    for name, array in contents.items():
+        parsed = None if name in _META else _parse_leaf_name(name)
+        if parsed is not None:
+            leaves[parsed[0]].append((parsed[1], name, array))
+        elif name not in _META:
+            unknown.append(name)
+    missing = [name for name in FIELDS if not leaves[name]] + [name for name in _META if name not in contents]
     if missing:
         raise ValueError(
             f"dataset field {missing[0]!r} is missing from {os.fspath(path)} "
             f"(expected fields: {', '.join(FIELDS + _META)})"
         )
-    unknown = sorted(set(contents) - set(FIELDS + _META))
     if unknown:
-        raise ValueError(f"dataset field {unknown[0]!r} in {os.fspath(path)} is not one of {', '.join(FIELDS + _META)}")
+        raise ValueError(
+            f"dataset field {sorted(unknown)[0]!r} in {os.fspath(path)} is not one of {', '.join(FIELDS + _META)} "
+            "(nor an observation leaf such as obs['name'] or obs[0])"
+        )
+    # The structure comes from the names alone, so a file without an env id loads too.
     dataset = Dataset(
-        **{name: jnp.asarray(contents[name]) for name in FIELDS},
+        **{field: jax.tree.map(jnp.asarray, _build_tree(field, leaves[field])) for field in FIELDS},
         env_id=str(contents["_env_id"]),
         num_envs=int(contents["_num_envs"]),
     )

@@ -131,6 +131,16 @@ def write_npz(path, dataset, **changes):
     return path
 
 
+def test_a_file_written_before_structured_observations_loads(dataset, tmp_path):
+    """Array observations are stored as they always were (one array per field), so
+    format version 1 files load unchanged."""
+    path = write_npz(tmp_path / "old.npz", dataset)
+    loaded = data.load_dataset(path, env_id="CartPole-v1")
+    for name, value in as_numpy(dataset).items():
+        np.testing.assert_array_equal(np.asarray(getattr(loaded, name)), value)
+    assert data.FORMAT_VERSION == 1
+
+
 @pytest.mark.parametrize(
     "changes, env_id, message",
     [
@@ -139,7 +149,7 @@ def write_npz(path, dataset, **changes):
         (dict(reward=np.zeros((NUM_STEPS, 1), np.float32)), None, r"field 'reward' must have shape \(600,\)"),
         (dict(terminated=np.zeros(NUM_STEPS - 1, bool)), None, r"field 'terminated' must have shape \(600,\)"),
         (dict(terminated=np.zeros(NUM_STEPS, np.float32)), None, "field 'terminated' must have a bool dtype"),
-        (dict(obs=np.zeros(NUM_STEPS, np.float32)), None, "field 'obs' must be"),
+        (dict(obs=np.float32(0.0)), None, r"field 'obs' must be \[S, \.\.\.\] \(rank >= 1\)"),
         (dict(next_obs=np.zeros((NUM_STEPS, 3), np.float32)), None, "field 'next_obs' must have the shape of obs"),
         (dict(action=np.zeros((NUM_STEPS - 1,), np.int32)), None, "field 'action' must be"),
         (dict(_num_envs=np.int64(7)), None, "num_envs"),

@@ -11,7 +11,7 @@ import pytest
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from jaxrl import data, envs, networks
+from jaxrl import envs, networks
 from jaxrl.algorithms import dqn, es, ppo
 
 NUM_ACTIONS = 4
@@ -158,12 +158,6 @@ def test_observation_statistics_per_float_leaf():
     assert np.array_equal(normalized["action_mask"], batches[0]["action_mask"])
     expected = (batches[0]["position"] - everything["position"].mean(0)) / np.sqrt(everything["position"].var(0) + 1e-8)
     np.testing.assert_allclose(normalized["position"], expected, rtol=1e-3, atol=1e-4)
-
-
-def test_datasets_without_structured_observations_say_so():
-    act = lambda params, obs, carry, key: (jnp.zeros(obs["cue"].shape[0], jnp.int32), carry)  # noqa: E731
-    with pytest.raises(ValueError, match="datasets hold array observations"):
-        data.collect_dataset(act, None, ENV_ID, jax.random.key(0), 8)
 
 
 # ----------------------------------------------------------------------------- learning, masks respected

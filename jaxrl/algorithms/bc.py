@@ -6,7 +6,10 @@ actions. Continuous actions, by ``loss``: ``"mse"`` regresses a deterministic po
 the likelihood of a diagonal Gaussian with state-dependent scale and acts with its
 mean when deterministic. Each iteration is one Adam step on a minibatch drawn
 uniformly with replacement from the dataset. Observations are optionally normalised
-by the dataset's mean and standard deviation, kept in ``params``.
+by the dataset's mean and standard deviation, kept in ``params``. Structured (dict /
+tuple) observations work as everywhere else: each leaf is encoded, float leaves are
+normalised by their own statistics, and an action mask (``obs["action_mask"]``) masks
+the logits both when acting and in the loss, so a masked action is never taken.
 
 The dataset is data, not config: pass it to ``init`` / ``train`` (or name a file
 written by :func:`jaxrl.data.save_dataset` in ``config.dataset_path``)::
@@ -29,7 +32,7 @@ from flax import struct
 
 from jaxrl import data, envs, evaluation, loop, optim
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
-from jaxrl.distributions import Categorical, Normal
+from jaxrl.distributions import Categorical, Normal, mask_actions
 from jaxrl.networks import Actor
 from jaxrl.offpolicy import initial_carry
 from jaxrl.types import TrainOutput
@@ -67,7 +70,6 @@ class Config:
         if not isinstance(self.dataset_path, str):
             raise TypeError(f"dataset_path must be a string, got {self.dataset_path!r}")
         spec = env_spec(self)
-        envs.require_array_observations(self, "bc")
         require_network(self, spec.obs_ndim)
         envs.refuse_multi_discrete(spec, self.env_id, "bc")
         if not spec.discrete and len(spec.action_shape) != 1:
@@ -103,7 +105,7 @@ def make_network(config: Config) -> Actor:
         network=config.network,
         hidden_sizes=config.hidden_sizes,
         activation=config.activation,
-        obs_ndim=len(spec.obs_shape),
+        obs_ndim=spec.obs_ndim,
     )
 
 
@@ -122,13 +124,14 @@ def check_dataset(config: Config, dataset: data.Dataset) -> None:
 
 
 def init(key: jax.Array, config: Config, dataset: data.Dataset) -> State:
-    """Network, optimiser and observation statistics of ``dataset`` (leaves ``[S, ...]``)."""
+    """Network, optimiser and observation statistics of ``dataset`` (leaves ``[S, ...]``;
+    per float leaf for a structured observation, see :func:`jaxrl.envs.observation_stats_init`)."""
     require_range(config, "learning_rate", 0.0, float("inf"), low_open=True)
     check_dataset(config, dataset)
     spec = env_spec(config)
     params = {
-        "network": make_network(config).init(key, jnp.zeros((1,) + spec.obs_shape, jnp.float32)),
-        "obs_stats": envs.running_stats_update(envs.running_stats_init(spec.obs_shape), dataset.obs),
+        "network": make_network(config).init(key, spec.zeros((1,))),
+        "obs_stats": envs.observation_stats_update(envs.observation_stats_init(spec.observation), dataset.obs),
     }
     return State(
         params=params,
@@ -141,10 +144,16 @@ def init(key: jax.Array, config: Config, dataset: data.Dataset) -> State:
 # ----------------------------------------------------------------------------- acting
 
 
-def _network_output(params: dict, obs: jax.Array, config: Config):
+def _network_output(params: dict, obs, config: Config):
+    """The network's output on raw observations (leaves ``[B, ...]``), logits masked
+    where the env gives an action mask."""
+    raw_obs = obs
     if config.normalize_observations:
-        obs = envs.normalize(params["obs_stats"], obs)
-    return make_network(config).apply(params["network"], obs)
+        obs = envs.normalize_observation(params["obs_stats"], obs)
+    output = make_network(config).apply(params["network"], obs)
+    if env_spec(config).action_mask:
+        output = mask_actions(output, raw_obs[envs.ACTION_MASK])
+    return output
 
 
 def _gaussian(output) -> Normal:
@@ -153,10 +162,12 @@ def _gaussian(output) -> Normal:
 
 
 def act(params: dict, obs: jax.Array, carry, key: jax.Array, config: Config, deterministic: bool = False):
-    """``(action [B, ...], carry)`` for raw observations ``[B, *obs_shape]``.
+    """``(action [B, ...], carry)`` for raw observations ``[B, *obs_shape]`` (a pytree
+    of ``[B, ...]`` leaves if structured).
 
     Samples from the policy, or takes its mode if ``deterministic`` (the ``"mse"``
-    policy is deterministic either way); continuous actions are clipped to the bounds.
+    policy is deterministic either way); continuous actions are clipped to the bounds,
+    and discrete ones are never actions the observation's mask forbids.
     The policy has no memory: ``carry`` (:func:`initial_carry`: ``()``) is passed through.
     """
     output = _network_output(params, obs, config)
@@ -176,13 +187,16 @@ def act(params: dict, obs: jax.Array, carry, key: jax.Array, config: Config, det
 
 
 def loss_fn(network_params, obs_stats, batch: data.Dataset, config: Config):
-    """BC loss on a batch (``obs [B, *obs_shape]``, ``action [B, ...]``); returns
-    ``(loss, metrics)``.
+    """BC loss on a batch (``obs [B, *obs_shape]`` or a pytree of ``[B, ...]``
+    leaves, ``action [B, ...]``); returns ``(loss, metrics)``.
 
     Discrete: mean cross-entropy ``-log pi(a|s)``, with the batch ``accuracy`` of the
-    policy's mode. ``"mse"``: mean over batch and action dims of ``(pi(s) - a)^2``.
-    ``"gaussian"``: mean negative log-likelihood ``-log N(a; mu(s), sigma(s))``,
-    summed over action dims.
+    policy's mode. With an action mask ``pi`` is the masked policy that acts, a softmax
+    over the allowed actions only: the expert never took a masked action, so pushing
+    those logits down would spend capacity on what the mask already rules out.
+    ``"mse"``: mean over batch and action dims of ``(pi(s) - a)^2``. ``"gaussian"``:
+    mean negative log-likelihood ``-log N(a; mu(s), sigma(s))``, summed over action
+    dims.
     """
     output = _network_output({"network": network_params, "obs_stats": obs_stats}, batch.obs, config)
     spec = env_spec(config)

@@ -50,7 +50,6 @@ __all__ = [
     "EnvSpec",
     "ACTION_MASK",
     "observation_struct",
-    "require_array_observations",
     "require_transitions_only",
     "MULTI_DISCRETE_ALGORITHMS",
     "refuse_multi_discrete",
@@ -365,17 +364,6 @@ def require_transitions_only(config, algorithm: str) -> None:
             f"{algorithm} cannot train on {config.env_id}: the env inserts steps that are not transitions "
             "(info['valid'] False, e.g. envpool's reset step), which it cannot leave out; ppo, a2c, reinforce, "
             "impala, and dqn, sac, ddpg and td3 without memory can"
-        )
-
-
-def require_array_observations(config, algorithm: str) -> None:
-    """ValueError unless the config's env gives array observations: for algorithms
-    that do not take structured (dict / tuple) observations yet."""
-    if config_spec(config).structured:
-        raise ValueError(
-            f"{algorithm} needs array observations; {config.env_id} gives structured ones "
-            f"({jax.tree.map(lambda leaf: leaf.shape, config_spec(config).observation)}). "
-            "ppo, a2c, reinforce, impala, dqn, sac, ddpg and td3 take them"
         )
 
 
