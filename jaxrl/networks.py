@@ -3,6 +3,7 @@ actor-critic and Q heads, noisy layers."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -54,21 +55,47 @@ def orthogonal(scale: float = np.sqrt(2.0)):
     return init
 
 
-def leading_shape(obs, obs_ndim: int | tuple) -> tuple:
-    """The batch dims ``[...]`` in front of an observation (an array, or a pytree whose
-    leaves have ``obs_ndim`` trailing observation dims each, in ``jax.tree.leaves`` order)."""
-    leaf, ndim = (obs, obs_ndim) if isinstance(obs_ndim, int) else (jax.tree.leaves(obs)[0], obs_ndim[0])
-    return leaf.shape[: leaf.ndim - ndim]
+@dataclasses.dataclass(frozen=True)
+class OneHot:
+    """The layout of an observation leaf that is one of ``num_classes`` categories (a
+    Discrete space's int scalar): it enters a network one-hot, so the first dense layer
+    is a learned embedding of the category rather than a weight on its index."""
+
+    num_classes: int
 
 
-def flatten_observation(obs, obs_ndim: int | tuple) -> jax.Array:
-    """An observation as float32 features ``[..., D]``: an array's trailing ``obs_ndim``
-    dims flattened, or each leaf of a pytree flattened and concatenated in leaf order."""
-    if isinstance(obs_ndim, int):
-        leaves, ndims = [obs], [obs_ndim]
-    else:
-        leaves, ndims = jax.tree.leaves(obs), obs_ndim
-    parts = [x.reshape(x.shape[: x.ndim - n] + (-1,)).astype(jnp.float32) for x, n in zip(leaves, ndims, strict=True)]
+def obs_leaves(obs, obs_ndim) -> list[tuple[jax.Array, int | OneHot]]:
+    """``(leaf, layout)`` pairs of an observation: an array with ``obs_ndim`` (an int:
+    its trailing observation dims, or :class:`OneHot`), or a pytree's leaves in
+    ``jax.tree.leaves`` order with ``obs_ndim`` a tuple of one layout per leaf."""
+    if isinstance(obs_ndim, tuple):
+        return list(zip(jax.tree.leaves(obs), obs_ndim, strict=True))
+    return [(obs, obs_ndim)]
+
+
+def _ndim(layout: int | OneHot) -> int:
+    return 0 if isinstance(layout, OneHot) else layout
+
+
+def leading_shape(obs, obs_ndim) -> tuple:
+    """The batch dims ``[...]`` in front of an observation (see :func:`obs_leaves` for
+    ``obs_ndim``)."""
+    leaf, layout = obs_leaves(obs, obs_ndim)[0]
+    return leaf.shape[: leaf.ndim - _ndim(layout)]
+
+
+def leaf_features(x: jax.Array, layout: int | OneHot) -> jax.Array:
+    """One observation leaf as float32 features ``[..., F]``: its trailing ``layout``
+    dims flattened, or (:class:`OneHot`) its category one-hot, ``F = num_classes``."""
+    if isinstance(layout, OneHot):
+        return jax.nn.one_hot(x, layout.num_classes, dtype=jnp.float32)
+    return x.reshape(x.shape[: x.ndim - layout] + (-1,)).astype(jnp.float32)
+
+
+def flatten_observation(obs, obs_ndim) -> jax.Array:
+    """An observation as float32 features ``[..., D]``: each leaf through
+    :func:`leaf_features`, concatenated in leaf order (see :func:`obs_leaves`)."""
+    parts = [leaf_features(x, layout) for x, layout in obs_leaves(obs, obs_ndim)]
     return parts[0] if len(parts) == 1 else jnp.concatenate(parts, axis=-1)
 
 
@@ -79,7 +106,7 @@ class MLP(nn.Module):
 
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
-    obs_ndim: int | tuple = 1  # trailing observation dims to flatten (a tuple: one per leaf)
+    obs_ndim: int | OneHot | tuple = 1  # trailing observation dims to flatten (a tuple: one per leaf)
 
     @nn.compact
     def __call__(self, x):
@@ -98,7 +125,7 @@ class MinAtarCNN(nn.Module):
 
     hidden_sizes: Sequence[int] = (128,)
     activation: str = "relu"
-    obs_ndim: int | tuple = 3
+    obs_ndim: int | OneHot | tuple = 3
 
     @nn.compact
     def __call__(self, obs):
@@ -113,21 +140,21 @@ def minatar_conv(activation: str):
     return lambda x: act(nn.Conv(16, (3, 3), padding="VALID", kernel_init=orthogonal())(x))
 
 
-def image_features(obs, obs_ndim: int | tuple, encode_image, scale_uint8: bool = True) -> jax.Array:
+def image_features(obs, obs_ndim: int | OneHot | tuple, encode_image, scale_uint8: bool = True) -> jax.Array:
     """Features ``[..., F]`` of an observation: each image leaf (3 observation dims,
     ``[..., H, W, C]``) through ``encode_image([N, H, W, C] float32) -> [N, ...]`` (uint8
     images scaled to ``[0, 1]`` if ``scale_uint8``), every other leaf flattened beside
     it, concatenated in ``jax.tree.leaves`` order. Call it inside a compact module: the
     layers ``encode_image`` builds belong to that module."""
-    ndims = (obs_ndim,) if isinstance(obs_ndim, int) else obs_ndim
-    leaves = [obs] if isinstance(obs_ndim, int) else jax.tree.leaves(obs)
     batch_shape = leading_shape(obs, obs_ndim)
     features = []
-    for x, ndim in zip(leaves, ndims, strict=True):
-        if ndim == 3:
+    for x, layout in obs_leaves(obs, obs_ndim):
+        if layout == 3:
             image = x.reshape((-1,) + x.shape[-3:]).astype(jnp.float32)
             x = encode_image(image / 255.0 if scale_uint8 and x.dtype == jnp.uint8 else image)
-        features.append(x.reshape(batch_shape + (-1,)).astype(jnp.float32))
+            features.append(x.reshape(batch_shape + (-1,)))
+        else:
+            features.append(leaf_features(x, layout))
     return features[0] if len(features) == 1 else jnp.concatenate(features, axis=-1)
 
 
@@ -208,7 +235,7 @@ class ObservationEncoder(nn.Module):
 
     kind: str = "mlp"
     activation: str = "relu"
-    obs_ndim: int | tuple = 1
+    obs_ndim: int | OneHot | tuple = 1
 
     @nn.compact
     def __call__(self, obs):
@@ -229,7 +256,7 @@ class PixelCNN(nn.Module):
     kind: str = "nature_cnn"
     hidden_sizes: Sequence[int] = (512,)
     activation: str = "relu"
-    obs_ndim: int | tuple = 3
+    obs_ndim: int | OneHot | tuple = 3
 
     @nn.compact
     def __call__(self, obs):
@@ -240,16 +267,16 @@ class PixelCNN(nn.Module):
 NETWORKS = ("mlp", "cnn", "nature_cnn", "impala_cnn")
 
 
-def require_image_leaf(kind: str, obs_ndim: int | tuple, where: str = "observations") -> None:
+def require_image_leaf(kind: str, obs_ndim: int | OneHot | tuple, where: str = "observations") -> None:
     """ValueError unless ``kind`` is a network choice and, for a CNN, the observation
     (``obs_ndim``: an int, or a tuple per leaf) has an image leaf ``[H, W, C]``."""
     if kind not in NETWORKS:
         raise ValueError(f"network must be one of {NETWORKS}, got {kind!r}")
-    if kind != "mlp" and 3 not in ((obs_ndim,) if isinstance(obs_ndim, int) else obs_ndim):
+    if kind != "mlp" and 3 not in (obs_ndim if isinstance(obs_ndim, tuple) else (obs_ndim,)):
         raise ValueError(f"network={kind!r} needs image observations [H, W, C], {where} have {obs_ndim} dims")
 
 
-def torso(kind: str, hidden_sizes, activation: str, obs_ndim: int | tuple) -> nn.Module:
+def torso(kind: str, hidden_sizes, activation: str, obs_ndim: int | OneHot | tuple) -> nn.Module:
     """The torso of a network choice (:data:`NETWORKS`): ``"mlp"`` (:class:`MLP`),
     ``"cnn"`` (:class:`MinAtarCNN`), ``"nature_cnn"`` / ``"impala_cnn"``
     (:class:`PixelCNN`). Every torso ends with dense layers ``hidden_sizes``: output
@@ -375,7 +402,7 @@ class ActorCritic(nn.Module):
     network: str = "mlp"
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
-    obs_ndim: int | tuple = 1
+    obs_ndim: int | OneHot | tuple = 1
     log_std_init: float = 0.0
     memory: str = "none"
     memory_size: int = 128
@@ -479,7 +506,7 @@ class QNetwork(nn.Module):
     network: str = "mlp"
     hidden_sizes: Sequence[int] = (128, 128)
     activation: str = "relu"
-    obs_ndim: int | tuple = 1
+    obs_ndim: int | OneHot | tuple = 1
     dueling: bool = False
     noisy: bool = False
     num_atoms: int = 1
@@ -548,7 +575,7 @@ class ContinuousQ(nn.Module):
 
     hidden_sizes: Sequence[int] = (256, 256)
     activation: str = "relu"
-    obs_ndim: int | tuple = 1
+    obs_ndim: int | OneHot | tuple = 1
     network: str = "mlp"
 
     @nn.compact
@@ -578,7 +605,7 @@ class Actor(nn.Module):
     network: str = "mlp"
     hidden_sizes: Sequence[int] = (256, 256)
     activation: str = "relu"
-    obs_ndim: int | tuple = 1
+    obs_ndim: int | OneHot | tuple = 1
 
     @nn.compact
     def __call__(self, obs):
@@ -607,7 +634,7 @@ class RecurrentActor(nn.Module):
     network: str = "mlp"
     hidden_sizes: Sequence[int] = (256, 256)
     activation: str = "relu"
-    obs_ndim: int | tuple = 1
+    obs_ndim: int | OneHot | tuple = 1
     memory: str = "gru"
     memory_size: int = 128
 
@@ -645,7 +672,7 @@ class RecurrentContinuousQ(nn.Module):
 
     hidden_sizes: Sequence[int] = (256, 256)
     activation: str = "relu"
-    obs_ndim: int | tuple = 1
+    obs_ndim: int | OneHot | tuple = 1
     memory: str = "gru"
     memory_size: int = 128
     num_critics: int = 2

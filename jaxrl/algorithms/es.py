@@ -359,8 +359,8 @@ def _float_leaves(obs_stats, obs) -> list:
     """``(RunningStats, leaf [B, ...])`` for every normalised leaf of ``obs``: the whole
     array observation, or each float leaf of a structured one (see
     :func:`jaxrl.envs.observation_stats_init`)."""
-    if isinstance(obs_stats, envs.RunningStats):
-        return [(obs_stats, obs)]
+    if obs_stats is None or isinstance(obs_stats, envs.RunningStats):
+        return [] if obs_stats is None else [(obs_stats, obs)]
     return [(stats, x) for stats, x in zip(obs_stats, jax.tree.leaves(obs), strict=True) if stats is not None]
 
 
@@ -376,8 +376,8 @@ def _merge_obs_stats(obs_stats, moments):
     """Fold ``(count, sums, sums of squares)`` (one per :func:`_float_leaves` entry) of
     observations centred on the running means into ``obs_stats``."""
     count, first, second = moments
-    if isinstance(obs_stats, envs.RunningStats):
-        return _merge(obs_stats, count, first[0], second[0])
+    if obs_stats is None or isinstance(obs_stats, envs.RunningStats):
+        return obs_stats if obs_stats is None else _merge(obs_stats, count, first[0], second[0])
     sums = iter(zip(first, second, strict=True))
     return [None if stats is None else _merge(stats, count, *next(sums)) for stats in obs_stats]
 

@@ -42,6 +42,7 @@ from jaxrl.envs.wrappers import (
     running_stats_init,
     running_stats_update,
 )
+from jaxrl.networks import OneHot
 
 __all__ = [
     "make",
@@ -50,6 +51,8 @@ __all__ = [
     "EnvSpec",
     "ACTION_MASK",
     "observation_struct",
+    "observation_classes",
+    "ONE_HOT_MAX_CLASSES",
     "require_transitions_only",
     "MULTI_DISCRETE_ALGORITHMS",
     "refuse_multi_discrete",
@@ -260,6 +263,9 @@ class EnvSpec:
     # The env pads its episodes with steps that are not transitions (``info["valid"]``
     # False, as envpool's reset step); algorithms that cannot leave them out refuse it.
     padding_steps: bool = False
+    # Per observation leaf (``jax.tree.leaves`` order): the number of categories of a
+    # Discrete leaf with 2 to ONE_HOT_MAX_CLASSES of them, else 0; () when there is none.
+    obs_classes: tuple = ()
 
     @property
     def discrete(self) -> bool:
@@ -282,11 +288,15 @@ class EnvSpec:
         return not isinstance(self.observation, jax.ShapeDtypeStruct)
 
     @property
-    def obs_ndim(self) -> int | tuple:
-        """The number of observation dims: an int for an array observation, a tuple
-        with one per leaf (in ``jax.tree.leaves`` order) for a structured one."""
-        ndims = tuple(len(leaf.shape) for leaf in jax.tree.leaves(self.observation))
-        return ndims if self.structured else ndims[0]
+    def obs_ndim(self) -> int | OneHot | tuple:
+        """How networks read an observation (:func:`jaxrl.networks.obs_leaves`): per
+        leaf its number of dims, or :class:`jaxrl.networks.OneHot` for a small Discrete
+        one (see :attr:`obs_classes`); the layout itself for an array observation, a
+        tuple with one per leaf (in ``jax.tree.leaves`` order) for a structured one."""
+        leaves = jax.tree.leaves(self.observation)
+        classes = self.obs_classes or (0,) * len(leaves)
+        layouts = tuple(OneHot(n) if n else len(leaf.shape) for leaf, n in zip(leaves, classes, strict=True))
+        return layouts if self.structured else layouts[0]
 
     @property
     def action_mask(self) -> bool:
@@ -320,9 +330,34 @@ def observation_struct(space, where: str = "observation"):
     raise ValueError(f"unsupported observation space {type(space).__name__} at {where}: Box, Discrete, Dict or Tuple")
 
 
+# Discrete observation leaves with at most this many categories enter networks one-hot.
+ONE_HOT_MAX_CLASSES = 1024
+
+
+def observation_classes(space) -> tuple:
+    """Per leaf of a gymnax observation space (``jax.tree.leaves`` order of
+    :func:`observation_struct`), the number of categories of a Discrete leaf that
+    networks one-hot encode (2 to :data:`ONE_HOT_MAX_CLASSES`), else 0; () if none."""
+
+    def classes(space):
+        if isinstance(space, gymnax_spaces.Dict):
+            return {key: classes(sub) for key, sub in space.spaces.items()}
+        if isinstance(space, gymnax_spaces.Tuple):
+            return tuple(classes(sub) for sub in space.spaces)
+        if isinstance(space, gymnax_spaces.Discrete) and 2 <= space.n <= ONE_HOT_MAX_CLASSES:
+            return int(space.n)
+        return 0
+
+    per_leaf = tuple(jax.tree.leaves(classes(space)))
+    return per_leaf if any(per_leaf) else ()
+
+
 def spec(env, env_params) -> EnvSpec:
     """Describe ``env``'s observation and action spaces."""
-    observation = observation_struct(env.observation_space(env_params))
+    if getattr(env, "multi_agent", False):  # its spaces are per agent: see jaxrl.envs.multiagent.spec
+        raise ValueError(f"{env.name} is a multi-agent env (agents {list(env.agents)}); single-agent code can't use it")
+    observation_space = env.observation_space(env_params)
+    observation = observation_struct(observation_space)
     action_space = env.action_space(env_params)
     max_steps = getattr(env_params, "max_steps_in_episode", None)
     array = isinstance(observation, jax.ShapeDtypeStruct)
@@ -332,6 +367,7 @@ def spec(env, env_params) -> EnvSpec:
         max_episode_steps=int(max_steps) if max_steps is not None else None,
         observation=observation,
         padding_steps=bool(getattr(env, "padding_steps", False)),
+        obs_classes=observation_classes(observation_space),
     )
     if isinstance(observation, dict) and ACTION_MASK in observation:
         mask = observation[ACTION_MASK]

@@ -11,7 +11,8 @@ lanes of all seeds is ONE ``jax.experimental.io_callback`` into Python: it steps
 compiled program. Everything else (policy, learner, buffers) stays on the device.
 
 **Spaces.** Observations: Box (floats arrive as float32, integers wider than 32 bits as
-int32), Discrete (an int32 scalar), MultiDiscrete (int32) and MultiBinary (int8), and
+int32), Discrete (an int32 scalar; a gymnax ``Discrete`` when it starts at 0, which
+networks one-hot encode), MultiDiscrete (int32) and MultiBinary (int8), and
 Dict / Tuple spaces of these, nested to any depth, which arrive as dicts / tuples of
 arrays (a gymnax ``Dict`` / ``Tuple`` space; each array crosses the callback on its
 own). Actions: Discrete (int32 ``()``), MultiDiscrete with a 1-D ``nvec`` and 1-D
@@ -162,6 +163,8 @@ def observation_space(space, env_id: str, where: str = "observation"):
         dtype = _device_dtype(space.dtype)
         return spaces.Box(_bounds(space.low, dtype), _bounds(space.high, dtype), tuple(space.shape), dtype)
     if isinstance(space, gym_spaces.Discrete):
+        if space.start == 0:  # a category 0..n-1: networks may one-hot it (EnvSpec.obs_classes)
+            return spaces.Discrete(int(space.n))
         return spaces.Box(np.int32(space.start), np.int32(space.start + space.n - 1), (), np.dtype(np.int32))
     if isinstance(space, gym_spaces.MultiDiscrete):
         low = np.asarray(space.start, np.int32)

@@ -56,11 +56,12 @@ def normalize(stats: RunningStats, x: jax.Array, clip: float = 10.0, eps: float 
 
 def observation_stats_init(observation):
     """Running statistics for observations described by ``observation`` (an
-    ``EnvSpec.observation``): one :class:`RunningStats` for an array observation; for a
-    structured one a list over its leaves (``jax.tree.leaves`` order), with None for
-    the leaves that are not floats (masks, indices), which are never normalised."""
+    ``EnvSpec.observation``): one :class:`RunningStats` for a float array observation;
+    for a structured one a list over its leaves (``jax.tree.leaves`` order). Leaves that
+    are not floats (masks, categories, pixels) are never normalised: None for them (and
+    for a non-float array observation)."""
     if isinstance(observation, jax.ShapeDtypeStruct):
-        return running_stats_init(observation.shape)
+        return running_stats_init(observation.shape) if jnp.issubdtype(observation.dtype, jnp.floating) else None
     return [
         running_stats_init(leaf.shape) if jnp.issubdtype(leaf.dtype, jnp.floating) else None
         for leaf in jax.tree.leaves(observation)
@@ -69,16 +70,16 @@ def observation_stats_init(observation):
 
 def observation_stats_update(stats, batch):
     """Merge a batch of observations (leaves ``[B, ...]``) into :func:`observation_stats_init`'s statistics."""
-    if isinstance(stats, RunningStats):
-        return running_stats_update(stats, batch)
+    if stats is None or isinstance(stats, RunningStats):
+        return stats if stats is None else running_stats_update(stats, batch)
     leaves = jax.tree.leaves(batch)
     return [None if s is None else running_stats_update(s, x) for s, x in zip(stats, leaves, strict=True)]
 
 
 def normalize_observation(stats, obs, clip: float = 10.0):
     """:func:`normalize` each float leaf of ``obs`` (leaves ``[..., *shape]``) by its statistics."""
-    if isinstance(stats, RunningStats):
-        return normalize(stats, obs, clip)
+    if stats is None or isinstance(stats, RunningStats):
+        return obs if stats is None else normalize(stats, obs, clip)
     leaves, treedef = jax.tree.flatten(obs)
     leaves = [x if s is None else normalize(s, x, clip) for s, x in zip(stats, leaves, strict=True)]
     return jax.tree.unflatten(treedef, leaves)
