@@ -2,9 +2,10 @@
 (such as the partially observed tasks of :mod:`jaxrl.envs.partial`), and every id under
 a registered prefix: ``"gymnasium:<id>"`` (stepped on the host: see
 :mod:`jaxrl.envs.gymnasium`), ``"pgx:<game>"`` (:mod:`jaxrl.envs.pgx`), the JAX suites
-(``"brax:"``, ``"craftax:"``, ``"navix:"``, ``"xminigrid:"``, ``"jumanji:"``: one
-adapter module each, ``jaxrl.envs.<suite>``, and an optional extra each) and a user's
-own; ``EnvSpec``, and pure wrappers.
+(``"brax:"``, ``"playground:"``, ``"craftax:"``, ``"navix:"``, ``"xminigrid:"``,
+``"jumanji:"``) and envpool's C++ envs (``"envpool:"``): one adapter module each,
+``jaxrl.envs.<suite>``, and an optional extra each; and a user's own. ``EnvSpec``, and
+pure wrappers.
 
 The env API is gymnax >= 1.0: ``reset(key, params) -> (obs, state)`` and
 ``step(key, state, action, params) -> (obs, state, reward, terminated, truncated, info)``
@@ -442,7 +443,17 @@ def register_adapter(suite: str) -> None:
     )
 
 
-for _suite in ("gymnasium", "pgx", "brax", "craftax", "navix", "xminigrid", "jumanji", "envpool"):
+for _suite in (
+    "gymnasium",
+    "pgx",
+    "brax",
+    "playground",
+    "craftax",
+    "navix",
+    "xminigrid",
+    "jumanji",
+    "envpool",
+):
     register_adapter(_suite)
 
 # Last: the partially observed tasks register themselves with ``register`` above.
