@@ -61,6 +61,10 @@ def test_make_and_spec_every_registered_id(env_id):
         env, params = envs.make(env_id)
     except (urllib.error.URLError, OSError) as e:  # MNISTBandit downloads MNIST
         pytest.skip(f"{env_id} needs a download that is unavailable here: {e}")
+    if getattr(env, "multi_agent", False):  # multi-agent ids are described by jaxrl.envs.multiagent.spec
+        with pytest.raises(ValueError, match="multi-agent env"):
+            envs.spec(env, params)
+        return
     s = envs.spec(env, params)
     assert isinstance(s, envs.EnvSpec)
     assert isinstance(s.obs_shape, tuple)

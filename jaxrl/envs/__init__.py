@@ -453,8 +453,11 @@ for _suite in (
     "xminigrid",
     "jumanji",
     "envpool",
+    "jaxmarl",
 ):
     register_adapter(_suite)
 
-# Last: the partially observed tasks register themselves with ``register`` above.
+# Last: the partially observed tasks and the built-in multi-agent task register
+# themselves with ``register`` above.
+from jaxrl.envs import multiagent  # noqa: E402,F401
 from jaxrl.envs.partial import FrameStack, MaskObservation  # noqa: E402
