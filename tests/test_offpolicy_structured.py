@@ -149,14 +149,13 @@ def final_returns(module, config) -> np.ndarray:
     return evals[:, np.isfinite(evals[0])][:, -1]
 
 
-@pytest.mark.parametrize("module", [sac, td3], ids=["sac", "td3"])
-def test_reaching_a_goal_from_dict_observations(module):
+def test_td3_reaches_a_goal_from_dict_observations():
     """The final evaluation's return is at least a quarter of the zero action's (about
     -24, so >= about -6: the point must travel to the goal and stay there) in 3 of 4
-    seeds. Seen: SAC about -1 in all seeds, TD3 -1.1 to -2.0 (about 50 s each on 2 cores,
-    one vmapped compile)."""
+    seeds. Seen: TD3 -1.1 to -2.0 (about 35 s on 2 cores, one vmapped compile). SAC
+    learns the same task through the Gymnasium bridge (tests/test_gymnasium_structured.py)."""
     baseline = zero_action_return()
-    returns = final_returns(module, module.Config(**BUDGET))
+    returns = final_returns(td3, td3.Config(**BUDGET))
     assert np.sum(returns >= baseline / 4) >= 3, (baseline, returns)
 
 
