@@ -459,5 +459,6 @@ for _suite in (
 
 # Last: the partially observed tasks and the built-in multi-agent task register
 # themselves with ``register`` above.
-from jaxrl.envs import multiagent  # noqa: E402,F401
 from jaxrl.envs.partial import FrameStack, MaskObservation  # noqa: E402
+
+importlib.import_module("jaxrl.envs.multiagent")  # after partial, whose ids registered_ids lists first
