@@ -144,7 +144,8 @@ def image_features(obs, obs_ndim: int | OneHot | tuple, encode_image, scale_uint
     """Features ``[..., F]`` of an observation: each image leaf (3 observation dims,
     ``[..., H, W, C]``) through ``encode_image([N, H, W, C] float32) -> [N, ...]`` (uint8
     images scaled to ``[0, 1]`` if ``scale_uint8``), every other leaf flattened beside
-    it, concatenated in ``jax.tree.leaves`` order. Call it inside a compact module: the
+    it (:func:`leaf_features`: one-hot for a :class:`OneHot` leaf), concatenated in
+    ``jax.tree.leaves`` order. Call it inside a compact module: the
     layers ``encode_image`` builds belong to that module."""
     batch_shape = leading_shape(obs, obs_ndim)
     features = []
@@ -269,7 +270,7 @@ NETWORKS = ("mlp", "cnn", "nature_cnn", "impala_cnn")
 
 def require_image_leaf(kind: str, obs_ndim: int | OneHot | tuple, where: str = "observations") -> None:
     """ValueError unless ``kind`` is a network choice and, for a CNN, the observation
-    (``obs_ndim``: an int, or a tuple per leaf) has an image leaf ``[H, W, C]``."""
+    (``obs_ndim``: see :func:`obs_leaves`) has an image leaf ``[H, W, C]``."""
     if kind not in NETWORKS:
         raise ValueError(f"network must be one of {NETWORKS}, got {kind!r}")
     if kind != "mlp" and 3 not in (obs_ndim if isinstance(obs_ndim, tuple) else (obs_ndim,)):

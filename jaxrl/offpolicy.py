@@ -230,7 +230,7 @@ def _collect_and_store(state, policy: Callable, key: jax.Array, config, carry):
         "next_obs": trajectory.next_obs,
         **trajectory.extras,
     }
-    if trajectory.valid is not None:
+    if envs.config_spec(config).padding_steps:  # as init_buffer decided
         transitions["valid"] = trajectory.valid
     if store_carry:
         buffers = sequence

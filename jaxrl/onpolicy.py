@@ -75,6 +75,8 @@ class Config:
         require_int(self, "total_timesteps", self.num_envs * self.num_steps)
         require_choice(self, "optimizer", OPTIMIZERS)
         require_network(self, envs.config_spec(self).obs_ndim)
+        if self.memory != "none":  # a padding step would carry one episode's memory into the next
+            envs.require_transitions_only(self, f"memory={self.memory!r}")
 
     @property
     def num_iterations(self) -> int:
@@ -173,7 +175,7 @@ def init(key: jax.Array, config, updates_per_iteration: int, policy_lag: int = 0
     network_key, env_key = jax.random.split(key)
     params = {
         "network": make_network(config).init(network_key, spec.zeros((1, 1)), initial_carry(config, 1)),  # [T, B, ...]
-        "obs_stats": envs.observation_stats_init(spec.observation),
+        "obs_stats": envs.observation_stats_init(spec.observation, spec.obs_classes),
     }
     obs, env_state = rollout.reset(env, env_params, env_key, config.num_envs)
     lagged = jax.tree.map(lambda x: jnp.stack([x] * policy_lag), params) if policy_lag else ()

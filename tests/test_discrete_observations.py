@@ -97,13 +97,19 @@ def test_gymnasium_discrete_observations_are_one_hot():
 
 
 def test_categories_get_no_observation_statistics():
-    """Normalising a category would break its one-hot: non-float observations keep none."""
+    """Normalising a category would break its one-hot: one-hot leaves keep no statistics."""
     spec = envs.spec(*envs.make(ENV_ID))
-    stats = envs.observation_stats_init(spec.observation)
+    stats = envs.observation_stats_init(spec.observation, spec.obs_classes)
     assert stats is None
     obs = jnp.arange(4, dtype=jnp.int32)
     assert envs.observation_stats_update(stats, obs) is None
     np.testing.assert_array_equal(envs.normalize_observation(stats, obs), obs)
+    # Other integer observations (MinAtar's grids, Catch's board) keep theirs.
+    minatar = envs.spec(*envs.make("Breakout-MinAtar"))
+    assert isinstance(envs.observation_stats_init(minatar.observation, minatar.obs_classes), envs.RunningStats)
+    structured = {"cue": jax.ShapeDtypeStruct((), jnp.int32), "x": jax.ShapeDtypeStruct((2,), jnp.float32)}
+    stats = envs.observation_stats_init(structured, (5, 0))
+    assert stats[0] is None and isinstance(stats[1], envs.RunningStats)
 
 
 def test_dqn_takes_one_hot_observations():

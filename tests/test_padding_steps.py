@@ -197,6 +197,8 @@ def test_replay_weights_padding_steps_zero_and_the_critic_ignores_them():
 def test_algorithms_that_cannot_leave_padding_out_refuse_it():
     with pytest.raises(ValueError, match="memory='lstm'.*not transitions"):
         dqn.r2d2("PaddedCartPole-v0")
+    with pytest.raises(ValueError, match="memory='gru'.*not transitions"):
+        ppo.Config(env_id="PaddedCartPole-v0", memory="gru")
     act = lambda params, obs, carry, key: (jnp.zeros(obs.shape[0], jnp.int32), carry)  # noqa: E731
     with pytest.raises(ValueError, match="steps that are not"):
         data.collect_dataset(act, None, "PaddedCartPole-v0", jax.random.key(0), 8, 2)

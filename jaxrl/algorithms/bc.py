@@ -131,7 +131,9 @@ def init(key: jax.Array, config: Config, dataset: data.Dataset) -> State:
     spec = env_spec(config)
     params = {
         "network": make_network(config).init(key, spec.zeros((1,))),
-        "obs_stats": envs.observation_stats_update(envs.observation_stats_init(spec.observation), dataset.obs),
+        "obs_stats": envs.observation_stats_update(
+            envs.observation_stats_init(spec.observation, spec.obs_classes), dataset.obs
+        ),
     }
     return State(
         params=params,

@@ -269,7 +269,7 @@ def init(key: jax.Array, config: Config) -> State:
     spec = envs.config_spec(config)
     network_key, strategy_key = jax.random.split(key)
     network = make_network(config).init(network_key, spec.zeros((1,)))
-    params = {"network": network, "obs_stats": envs.observation_stats_init(spec.observation)}
+    params = {"network": network, "obs_stats": envs.observation_stats_init(spec.observation, spec.obs_classes)}
     flat, _ = _flat(params)
     if config.strategy == "openai_es":
         strategy_state = _adam(config).init(flat)

@@ -331,7 +331,8 @@ def observation_struct(space, where: str = "observation"):
     raise ValueError(f"unsupported observation space {type(space).__name__} at {where}: Box, Discrete, Dict or Tuple")
 
 
-# Discrete observation leaves with at most this many categories enter networks one-hot.
+# Discrete observation leaves with at most this many categories enter networks one-hot:
+# beyond it the first layer's one-hot input costs more than an index is worth less.
 ONE_HOT_MAX_CLASSES = 1024
 
 
@@ -400,7 +401,7 @@ def require_transitions_only(config, algorithm: str) -> None:
         raise ValueError(
             f"{algorithm} cannot train on {config.env_id}: the env inserts steps that are not transitions "
             "(info['valid'] False, e.g. envpool's reset step), which it cannot leave out; ppo, a2c, reinforce, "
-            "impala, and dqn, sac, ddpg and td3 without memory can"
+            "impala, dqn, sac, ddpg and td3 can, without memory"
         )
 
 

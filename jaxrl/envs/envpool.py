@@ -183,6 +183,11 @@ class EnvpoolEnv:
         finally:
             probe.close()
         space = self._observation_space
+        if not hasattr(space, "shape"):  # a Dict / Tuple space: the XLA step returns one array
+            raise ValueError(
+                f"{PREFIX}{task} has structured observations ({probe.single_observation_space}); the envpool "
+                "adapter takes array observations only (Atari, classic control)"
+            )
         self.channels_last = bool(channels_last) and len(space.shape) == 3
         if self.channels_last:
             low, high = (np.moveaxis(np.broadcast_to(b, space.shape), 0, -1) for b in (space.low, space.high))

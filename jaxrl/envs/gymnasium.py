@@ -12,7 +12,8 @@ compiled program. Everything else (policy, learner, buffers) stays on the device
 
 **Spaces.** Observations: Box (floats arrive as float32, integers wider than 32 bits as
 int32), Discrete (an int32 scalar; a gymnax ``Discrete`` when it starts at 0, which
-networks one-hot encode), MultiDiscrete (int32) and MultiBinary (int8), and
+networks one-hot encode up to ``envs.ONE_HOT_MAX_CLASSES`` categories), MultiDiscrete
+(int32) and MultiBinary (int8), and
 Dict / Tuple spaces of these, nested to any depth, which arrive as dicts / tuples of
 arrays (a gymnax ``Dict`` / ``Tuple`` space; each array crosses the callback on its
 own). Actions: Discrete (int32 ``()``), MultiDiscrete with a 1-D ``nvec`` and 1-D

@@ -54,17 +54,20 @@ def normalize(stats: RunningStats, x: jax.Array, clip: float = 10.0, eps: float 
     return jnp.clip((x - stats.mean) / jnp.sqrt(stats.var + eps), -clip, clip)
 
 
-def observation_stats_init(observation):
+def observation_stats_init(observation, one_hot: tuple = ()):
     """Running statistics for observations described by ``observation`` (an
-    ``EnvSpec.observation``): one :class:`RunningStats` for a float array observation;
-    for a structured one a list over its leaves (``jax.tree.leaves`` order). Leaves that
-    are not floats (masks, categories, pixels) are never normalised: None for them (and
-    for a non-float array observation)."""
+    ``EnvSpec.observation``): one :class:`RunningStats` for an array observation; for a
+    structured one a list over its leaves (``jax.tree.leaves`` order), with None for
+    the leaves that are not floats (masks, indices), which are never normalised.
+    ``one_hot`` (``EnvSpec.obs_classes``: per leaf, the categories of a leaf networks
+    one-hot encode, else 0) gives None for those leaves too, an array observation
+    included: a normalised category would no longer be one."""
     if isinstance(observation, jax.ShapeDtypeStruct):
-        return running_stats_init(observation.shape) if jnp.issubdtype(observation.dtype, jnp.floating) else None
+        return None if any(one_hot) else running_stats_init(observation.shape)
+    classes = one_hot or (0,) * len(jax.tree.leaves(observation))
     return [
-        running_stats_init(leaf.shape) if jnp.issubdtype(leaf.dtype, jnp.floating) else None
-        for leaf in jax.tree.leaves(observation)
+        running_stats_init(leaf.shape) if jnp.issubdtype(leaf.dtype, jnp.floating) and not n else None
+        for leaf, n in zip(jax.tree.leaves(observation), classes, strict=True)
     ]
 
 
