@@ -134,7 +134,7 @@ def test_ppo_learns_cartpole_through_envpool():
     """PPO, default config (4 envs x 128 steps), 100k steps on envpool's CartPole-v1
     inside one jit, evaluations included: the last three deterministic evaluations
     (10 episodes each) average >= 350 (seed 0: 455.3, in a fresh process; random play
-    about 22). ~11 s."""
+    about 22)."""
     config = ppo.Config(env_id="envpool:CartPole-v1", total_timesteps=100_000, num_reports=0)
     out = jax.jit(ppo.train)(jax.random.key(0), config)
     evals = np.asarray(out.metrics["eval_return"])

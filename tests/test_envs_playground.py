@@ -138,8 +138,7 @@ def test_ppo_learns_cartpole_balance():
     evaluation return (mean of 10 episodes) >= 180 in at least 3 of 4 seeds. Uniformly
     random actions score 117 (std 17 over 256 episodes), doing nothing 138 (std 16).
     These 4 seeds ended at 199.9, 198.6, 199.8, 199.6; on 8 other seeds, 7 ended at
-    199.4-199.9 and one at 122.5 (it had reached 195.8 and fell back). About 65 s on the
-    shared 2-core CPU, 50 of them compiling."""
+    199.4-199.9 and one at 122.5 (it had reached 195.8 and fell back)."""
     config = ppo.Config(
         env_id=ENV_ID,
         env_kwargs={"max_steps_in_episode": 200},

@@ -6,8 +6,7 @@ PPO and SAC learning a FetchReach-shaped goal-reaching task through ``gymnasium:
 
 The envs are defined and registered here. Compiles dominate on a 2-core CPU, so the
 step-by-step tests share one jitted reset / step (a module-scoped fixture) and each
-learning test is one vmapped run over its seeds. The file takes about 45 s on a busy
-2-core CPU, most of it the two learning tests' compiles.
+learning test is one vmapped run over its seeds.
 """
 
 from __future__ import annotations

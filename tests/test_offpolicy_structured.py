@@ -152,7 +152,7 @@ def final_returns(module, config) -> np.ndarray:
 def test_td3_reaches_a_goal_from_dict_observations():
     """The final evaluation's return is at least a quarter of the zero action's (about
     -24, so >= about -6: the point must travel to the goal and stay there) in 3 of 4
-    seeds. Seen: TD3 -1.1 to -2.0 (about 35 s on 2 cores, one vmapped compile). SAC
+    seeds. Seen: TD3 -1.1 to -2.0 (one vmapped compile). SAC
     learns the same task through the Gymnasium bridge (tests/test_gymnasium_structured.py)."""
     baseline = zero_action_return()
     returns = final_returns(td3, td3.Config(**BUDGET))

@@ -302,8 +302,8 @@ def critic_loss(critic_params, target: jax.Array, batch: dict, config: Config):
         inputs, _ = offpolicy.window_features(make_critic(config), critic_params, batch, "critic", config)
     q = q_values(critic_params, inputs, _unit_action(steps["action"], config), config)  # [C, B] or [C, T, B]
     error = jnp.square(q - target)
-    if "valid" in batch:  # an env's padding steps are no transitions (memory refuses such envs)
-        error = error * batch["valid"]
+    if "valid" in batch:  # offpolicy.sample's weight is 0 on an env's padding steps (memory refuses such envs)
+        error = error * batch["weight"]
     return jnp.sum(jnp.mean(error, axis=tuple(range(1, q.ndim)))), jnp.mean(q)
 
 

@@ -250,7 +250,9 @@ class EnvpoolEnv:
             handle_struct = jax.ShapeDtypeStruct((batch,) + pool.handle.shape, jnp.uint8)
             return io_callback(lambda _: pool.reset(), (self._obs_struct(batch), handle_struct), key)
 
-        obs, handle = _batched(host_reset, (key,))
+        from jaxrl.envs.gymnasium import fold_vmap
+
+        obs, handle = fold_vmap(host_reset, (key,))
         return self._lane_obs(obs), EnvpoolState(handle=handle, resetting=jnp.zeros((), bool), site=site)
 
     def step(self, key: jax.Array, state: EnvpoolState, action, params: EnvpoolParams | None = None):
@@ -272,7 +274,9 @@ class EnvpoolEnv:
             handle = jnp.broadcast_to(new_handle, handle.shape)
             return obs, reward.astype(jnp.float32), terminated, truncated, handle
 
-        obs, reward, terminated, truncated, handle = _batched(pool_step, (state.handle, action))
+        from jaxrl.envs.gymnasium import fold_vmap
+
+        obs, reward, terminated, truncated, handle = fold_vmap(pool_step, (state.handle, action))
         done = terminated | truncated
         obs = self._lane_obs(obs)
         info = {
@@ -283,25 +287,6 @@ class EnvpoolEnv:
             "valid": ~state.resetting,
         }
         return obs, state.replace(handle=handle, resetting=done), reward, terminated, truncated, info
-
-
-def _batched(fn, args: tuple):
-    """``fn(B, *batched_args)`` (every arg with one leading axis ``[B]``, results too) as
-    one env's call, made ONE call of ``fn`` under any nesting of ``jax.vmap``: each vmapped
-    axis is folded into the leading one (as :func:`jaxrl.envs.gymnasium._batched_callback`)."""
-
-    @jax.custom_batching.custom_vmap
-    def call(*batched):
-        return tuple(fn(batched[0].shape[0], *batched))
-
-    @call.def_vmap
-    def fold_axis(axis_size, in_batched, *batched):
-        batched = [x if b else jnp.broadcast_to(x, (axis_size,) + x.shape) for x, b in zip(batched, in_batched)]
-        outs = call(*(x.reshape((-1,) + x.shape[2:]) for x in batched))
-        return tuple(o.reshape((axis_size, -1) + o.shape[1:]) for o in outs), (True,) * len(outs)
-
-    outs = call(*(jnp.asarray(x)[None] for x in args))
-    return tuple(o[0] for o in outs)
 
 
 def make(name: str, channels_last: bool = False, **kwargs):

@@ -488,33 +488,41 @@ def _bits(x: jax.Array) -> jax.Array:
     return x if x.dtype == jnp.int32 else jax.lax.bitcast_convert_type(x.astype(jnp.float32), jnp.int32)
 
 
-def _batched_callback(callback, result_structs: tuple, *args):
-    """``io_callback(callback, ...)`` for one env's ``args``, made ONE host call under
-    any nesting of ``jax.vmap``.
-
-    ``io_callback`` alone would loop over a vmapped axis with one call per element. Here
-    the callback always gets every argument with a single leading axis ``[B]`` (B = the
-    product of all vmapped sizes; 1 without vmap) and returns ``result_structs`` with
-    that leading axis; the result is one env's, ``result_structs``-shaped.
-    """
+def fold_vmap(fn, args: tuple) -> tuple:
+    """``fn(B, *batched_args)`` for one env's ``args``, made ONE call of ``fn`` under any
+    nesting of ``jax.vmap``: ``fn`` always gets every argument with a single leading axis
+    ``[B]`` (B = the product of all vmapped sizes; 1 without vmap) and returns a tuple of
+    arrays with that leading axis; the result is one env's. The Gymnasium bridge's host
+    calls and envpool's custom calls (:mod:`jaxrl.envs.envpool`) both step whole batches."""
 
     @jax.custom_batching.custom_vmap
     def call(*batched):
-        size = batched[0].shape[0]
-        shapes = tuple(jax.ShapeDtypeStruct((size,) + s.shape, s.dtype) for s in result_structs)
-        return io_callback(callback, shapes, *batched)
+        return tuple(fn(batched[0].shape[0], *batched))
 
     @call.def_vmap
     def fold_axis(axis_size, in_batched, *batched):
         # Merge the new vmapped axis into the leading one and call ``call`` again: an
         # outer vmap (over seeds) batches that call with this same rule, so its axis
-        # joins the same host call instead of looping over it.
+        # joins the same call instead of looping over it.
         batched = [x if b else jnp.broadcast_to(x, (axis_size,) + x.shape) for x, b in zip(batched, in_batched)]
         outs = call(*(x.reshape((-1,) + x.shape[2:]) for x in batched))
         return tuple(o.reshape((axis_size, -1) + o.shape[1:]) for o in outs), (True,) * len(outs)
 
     outs = call(*(jnp.asarray(x)[None] for x in args))
     return tuple(o[0] for o in outs)
+
+
+def _batched_callback(callback, result_structs: tuple, *args):
+    """``io_callback(callback, ...)`` for one env's ``args``, made ONE host call under
+    any nesting of ``jax.vmap`` (:func:`fold_vmap`; ``io_callback`` alone would loop over
+    a vmapped axis with one call per element). ``callback`` gets every argument with a
+    leading axis ``[B]`` and returns ``result_structs`` with it."""
+
+    def host_call(size, *batched):
+        shapes = tuple(jax.ShapeDtypeStruct((size,) + s.shape, s.dtype) for s in result_structs)
+        return io_callback(callback, shapes, *batched)
+
+    return fold_vmap(host_call, args)
 
 
 # ----------------------------------------------------------------------------- the host side
