@@ -384,15 +384,12 @@ def _merge_obs_stats(obs_stats, moments):
 
 def _merge(stats: envs.RunningStats, count, first, second) -> envs.RunningStats:
     """Fold ``count`` observations' ``first`` / ``second`` sums centred on ``stats.mean``
-    into the running statistics (Chan et al.'s parallel update)."""
+    into the running statistics."""
     count = count.astype(jnp.float32)
     safe = jnp.maximum(count, 1.0)
-    delta = first / safe  # batch mean - running mean
-    batch_var = jnp.maximum(second / safe - delta**2, 0.0)
-    total = stats.count + count
-    mean = stats.mean + delta * count / total
-    m2 = stats.var * stats.count + batch_var * count + delta**2 * stats.count * count / total
-    return envs.RunningStats(mean=mean, var=m2 / total, count=total)
+    offset = first / safe  # the batch's mean minus the running mean
+    batch_var = jnp.maximum(second / safe - offset**2, 0.0)
+    return envs.running_stats_merge(stats, stats.mean + offset, batch_var, count)
 
 
 def update(state: State, generation: Generation, key: jax.Array, config: Config):

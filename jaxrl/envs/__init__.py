@@ -41,6 +41,7 @@ from jaxrl.envs.wrappers import (
     observation_stats_init,
     observation_stats_update,
     running_stats_init,
+    running_stats_merge,
     running_stats_update,
 )
 from jaxrl.networks import OneHot
@@ -71,6 +72,7 @@ __all__ = [
     "RunningStats",
     "running_stats_init",
     "running_stats_update",
+    "running_stats_merge",
     "normalize",
     "observation_stats_init",
     "observation_stats_update",
@@ -331,8 +333,8 @@ def observation_struct(space, where: str = "observation"):
     raise ValueError(f"unsupported observation space {type(space).__name__} at {where}: Box, Discrete, Dict or Tuple")
 
 
-# Discrete observation leaves with at most this many categories enter networks one-hot:
-# beyond it the first layer's one-hot input costs more than an index is worth less.
+# Discrete observation leaves with at most this many categories enter networks one-hot;
+# a bound, as a one-hot input widens the first layer by one row per category.
 ONE_HOT_MAX_CLASSES = 1024
 
 

@@ -37,11 +37,14 @@ def running_stats_init(shape=()) -> RunningStats:
 
 
 def running_stats_update(stats: RunningStats, batch: jax.Array) -> RunningStats:
-    """Merge a batch ``[B, *shape]`` into the statistics (Chan et al.'s parallel update)."""
+    """Merge a batch ``[B, *shape]`` into the statistics."""
     batch = jnp.asarray(batch, jnp.float32)
-    batch_mean = jnp.mean(batch, axis=0)
-    batch_var = jnp.var(batch, axis=0)
-    batch_count = batch.shape[0]
+    return running_stats_merge(stats, jnp.mean(batch, axis=0), jnp.var(batch, axis=0), batch.shape[0])
+
+
+def running_stats_merge(stats: RunningStats, batch_mean, batch_var, batch_count) -> RunningStats:
+    """Merge the mean and variance ``[*shape]`` of ``batch_count`` samples into the
+    statistics (Chan et al.'s parallel update)."""
     delta = batch_mean - stats.mean
     total = stats.count + batch_count
     mean = stats.mean + delta * batch_count / total
