@@ -51,7 +51,9 @@ def evaluate(
       params: whatever ``act_fn`` needs (``state.params``).
       carry: the policy's memory before the episodes' first steps, leaves ``[E, ...]``
         (the algorithm's ``initial_carry(config, E)``); ``()`` without memory.
-      env: an env id (made with :func:`jaxrl.envs.make`) or a gymnax-API env.
+      env: an env id (made with :func:`jaxrl.envs.make`) or a gymnax-API env. For a
+        :class:`jaxrl.envs.multiagent.AgentBatch` (rewards ``[E, A]``) an episode's
+        return is the mean over agents of theirs, and it lasts until every agent's ends.
       env_params: the env's params (defaults to those ``make`` gives / the env's own).
       max_steps: steps to simulate (static); defaults to ``env_params.max_steps_in_episode``.
         Episodes still running then are cut there.
@@ -84,9 +86,13 @@ def evaluate(
         obs, env_state, reward, terminated, truncated, _ = step(
             jax.random.split(env_key, num_episodes), env_state, action, env_params
         )
+        ended = terminated | truncated
+        if reward.ndim > 1:  # agents as a batch axis (AgentBatch): the mean agent's return, until the last one ends
+            reward = jnp.mean(reward.reshape(num_episodes, -1), axis=1)
+            ended = jnp.all(ended.reshape(num_episodes, -1), axis=1)
         total = total + jnp.where(running, reward, 0.0)
         length = length + running.astype(jnp.int32)
-        running = running & ~(terminated | truncated)
+        running = running & ~ended
         return t + 1, obs, env_state, reset_carry(policy_carry, ~running), total, length, running
 
     # A while loop stops as soon as every episode has ended (early in training most
@@ -114,7 +120,7 @@ def evaluate_config(
     ``initial_carry(config, eval_episodes)`` on the config's env (without training-time
     wrappers such as reward scaling). Deterministic, as training evaluates, unless
     ``deterministic=False`` (the policy's sampled actions)."""
-    env, env_params = envs.make(config.env_id, **dict(config.env_kwargs))
+    env, env_params = envs.make_config_env(config)
     act_fn = functools.partial(act, config=config, deterministic=deterministic)
     carry = initial_carry(config, config.eval_episodes)
     return evaluate(act_fn, params, env, key, config.eval_episodes, env_params, carry=carry)

@@ -310,9 +310,10 @@ def initial_carry(kind: str, size: int, batch_size: int):
 
 
 def reset_carry(carry, done: jax.Array):
-    """``carry`` (leaves ``[B, ...]``) with the rows where ``done [B]`` is True set back
-    to the initial (zero) carry: the reset at an episode's end."""
-    return jax.tree.map(lambda c: jnp.where(done.reshape(done.shape + (1,) * (c.ndim - 1)), 0.0, c), carry)
+    """``carry`` (leaves ``[*B, ...]``) with the rows where ``done [*B]`` is True set back
+    to the initial (zero) carry: the reset at an episode's end. ``B`` may be several
+    batch axes (envs and agents)."""
+    return jax.tree.map(lambda c: jnp.where(done.reshape(done.shape + (1,) * (c.ndim - done.ndim)), 0.0, c), carry)
 
 
 def _gate_blocks(gates: int):
@@ -391,7 +392,11 @@ class ActorCritic(nn.Module):
     ``obs`` is a sequence ``[T, B, *obs_shape]``, ``carry`` the state entering it and
     ``reset [T, B]`` marks the steps that begin an episode.
 
-    ``__call__(obs, carry=(), reset=None) -> (policy_out, value [...], carry)``, with
+    An asymmetric actor-critic (MAPPO's centralised critic) gives the critic its own
+    input: ``critic_obs`` (laid out as ``critic_obs_ndim``; it then needs its own torso
+    and, with memory, ``shared_memory=False``) with the same leading dims as ``obs``.
+
+    ``__call__(obs, carry=(), reset=None, critic_obs=None) -> (policy_out, value [...], carry)``, with
     ``policy_out`` the logits ``[..., action_dim]`` (``discrete``: one categorical's, or
     a MultiDiscrete space's choices' one after another, which the caller splits) or
     ``(mean [..., A], log_std [A])`` with a state-independent learned ``log_std``
@@ -404,6 +409,7 @@ class ActorCritic(nn.Module):
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
     obs_ndim: int | OneHot | tuple = 1
+    critic_obs_ndim: int | OneHot | tuple | None = None  # the critic's own input's layout; None: it reads obs
     log_std_init: float = 0.0
     memory: str = "none"
     memory_size: int = 128
@@ -411,11 +417,14 @@ class ActorCritic(nn.Module):
 
     def setup(self):
         require_memory(self.memory)
-        make_torso = lambda: torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)  # noqa: E731
+        make_torso = lambda ndim: torso(self.network, self.hidden_sizes, self.activation, ndim)  # noqa: E731
         if self.memory != "none" and self.shared_memory:
-            self.torso, self.core = make_torso(), RecurrentCore(self.memory, self.memory_size)
+            if self.critic_obs_ndim is not None:
+                raise ValueError("a critic with its own input (critic_obs_ndim) needs shared_memory=False")
+            self.torso, self.core = make_torso(self.obs_ndim), RecurrentCore(self.memory, self.memory_size)
         else:
-            self.actor_torso, self.critic_torso = make_torso(), make_torso()
+            critic_ndim = self.obs_ndim if self.critic_obs_ndim is None else self.critic_obs_ndim
+            self.actor_torso, self.critic_torso = make_torso(self.obs_ndim), make_torso(critic_ndim)
         if self.memory != "none" and not self.shared_memory:
             self.actor_core = RecurrentCore(self.memory, self.memory_size)
             self.critic_core = RecurrentCore(self.memory, self.memory_size)
@@ -424,9 +433,10 @@ class ActorCritic(nn.Module):
         if not self.discrete:
             self.log_std = self.param("log_std", nn.initializers.constant(self.log_std_init), (self.action_dim,))
 
-    def __call__(self, obs, carry=(), reset=None):
+    def __call__(self, obs, carry=(), reset=None, critic_obs=None):
+        critic_obs = obs if critic_obs is None else critic_obs
         if self.memory == "none":
-            actor_features, critic_features = self.actor_torso(obs), self.critic_torso(obs)
+            actor_features, critic_features = self.actor_torso(obs), self.critic_torso(critic_obs)
         elif self.shared_memory:
             reset = jnp.zeros(leading_shape(obs, self.obs_ndim), bool) if reset is None else reset
             carry, actor_features = self.core(carry, self.torso(obs), reset)
@@ -434,7 +444,7 @@ class ActorCritic(nn.Module):
         else:
             reset = jnp.zeros(leading_shape(obs, self.obs_ndim), bool) if reset is None else reset
             actor_carry, actor_features = self.actor_core(carry["actor"], self.actor_torso(obs), reset)
-            critic_carry, critic_features = self.critic_core(carry["critic"], self.critic_torso(obs), reset)
+            critic_carry, critic_features = self.critic_core(carry["critic"], self.critic_torso(critic_obs), reset)
             carry = {"actor": actor_carry, "critic": critic_carry}
         out = self.policy_head(actor_features)
         value = self.value_head(critic_features)[..., 0]

@@ -89,7 +89,7 @@ def polyak(target, online, tau):
 
 def make_env(config):
     """The config's env, reporting episode statistics, and its params."""
-    env, env_params = envs.make(config.env_id, **dict(config.env_kwargs))
+    env, env_params = envs.make_config_env(config)
     return envs.EpisodeStatistics(env), env_params
 
 

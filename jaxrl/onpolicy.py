@@ -20,6 +20,7 @@ from flax import struct
 from jaxrl import envs, evaluation, loop, networks, rollout
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.distributions import Categorical, MultiCategorical, Normal, mask_actions
+from jaxrl.envs.multiagent import AGENT_ID, GLOBAL_STATE
 from jaxrl.networks import ActorCritic
 from jaxrl.types import Trajectory
 
@@ -52,6 +53,10 @@ class Config:
     normalize_observations: bool = static(False)  # running stats kept in params
     scale_rewards: bool = static(False)  # divide rewards by running return std
     log_std_init: float = static(0.0)  # continuous actions only
+    # --- static: several agents (IPPO / MAPPO; see jaxrl.envs.multiagent.AgentBatch)
+    multi_agent: bool = static(False)  # a multi-agent env's agents as a batch axis
+    share_parameters: bool = static(True)  # one network for all agents, told the agent's id; else one each
+    centralised_critic: bool = static(False)  # the critic reads the global state, not the agent's observation
     num_evals: int = static(10)  # deterministic evaluations over the run
     eval_episodes: int = static(10)
     num_reports: int = static(50)  # `train`'s progress reports (the runner reports between chunks)
@@ -74,9 +79,33 @@ class Config:
             require_int(self, field, 0)
         require_int(self, "total_timesteps", self.num_envs * self.num_steps)
         require_choice(self, "optimizer", OPTIMIZERS)
+        self.check_agents()
         require_network(self, envs.config_spec(self).obs_ndim)
         if self.memory != "none":  # a padding step would carry one episode's memory into the next
             envs.require_transitions_only(self, f"memory={self.memory!r}")
+
+    def check_agents(self) -> None:
+        """ValueErrors for multi-agent settings that cannot work."""
+        for field in ("multi_agent", "share_parameters", "centralised_critic"):
+            require_choice(self, field, (True, False))
+        if not self.multi_agent:
+            for field, default in (("share_parameters", True), ("centralised_critic", False)):
+                if getattr(self, field) != default:
+                    raise ValueError(f"{field}={getattr(self, field)} applies to multi-agent training (multi_agent=True)")
+            return
+        if self.scale_rewards:
+            raise ValueError("scale_rewards is not supported with multi_agent=True (rewards are per agent)")
+        if self.centralised_critic and self.memory != "none" and self.shared_memory:
+            raise ValueError(
+                "a centralised critic reads other inputs than the actor, so it cannot share its memory: "
+                "set shared_memory=False"
+            )
+
+    @property
+    def agent_view(self) -> tuple | None:
+        """How :func:`jaxrl.envs.make_config_env` views a multi-agent env: ``(agent_id,
+        global_state)`` for :class:`jaxrl.envs.multiagent.AgentBatch`; None for one agent."""
+        return (self.share_parameters, self.centralised_critic) if self.multi_agent else None
 
     @property
     def num_iterations(self) -> int:
@@ -97,25 +126,49 @@ class State:
     params: dict  # {"network": flax params, "obs_stats": RunningStats}
     opt_state: Any  # the optimiser state of params["network"]
     env_state: Any  # batched env state [num_envs]
-    obs: Any  # [num_envs, *obs_shape] observation to act on next
+    obs: Any  # [num_envs, *obs_shape] observation to act on next ([num_envs, A, ...] with multi_agent)
     timesteps: jax.Array  # int32 env steps taken so far
     lagged_params: Any = ()  # IMPALA's policy lag: the last k params, oldest first, leaves [k, ...]
     carry: Any = ()  # the policy's memory for ``obs``, leaves [num_envs, ...]; () without memory
 
 
 def make_env(config):
-    """The training env (episode statistics, action clipping, optional reward scaling)."""
-    env, env_params = envs.make(config.env_id, **dict(config.env_kwargs))
-    env = envs.EpisodeStatistics(envs.ClipAction(env))
+    """The training env (episode statistics, action clipping, optional reward scaling);
+    with ``multi_agent`` the :class:`jaxrl.envs.multiagent.AgentBatch` view, which
+    reports each agent's episode statistics itself."""
+    env, env_params = envs.make_config_env(config)
+    env = envs.ClipAction(env) if config.multi_agent else envs.EpisodeStatistics(envs.ClipAction(env))
     if config.scale_rewards:
         env = envs.ScaleReward(env, gamma=config.gamma)
     return env, env_params
 
 
+def split_observation(obs, config):
+    """``(actor_obs, critic_obs)``: with a ``centralised_critic`` the actor reads
+    everything but the global state and the critic the global state and the agent's id
+    (:data:`jaxrl.envs.multiagent.GLOBAL_STATE`, ``AGENT_ID``); otherwise both read
+    ``obs`` (``critic_obs`` is None). Works on observations and on their spec alike."""
+    if not config.centralised_critic:
+        return obs, None
+    actor = {k: v for k, v in obs.items() if k != GLOBAL_STATE}
+    return actor, {k: obs[k] for k in (GLOBAL_STATE, AGENT_ID) if k in obs}
+
+
+def _layouts(observation, spec: envs.EnvSpec):
+    """:attr:`jaxrl.envs.EnvSpec.obs_ndim` of a part of the spec's observation."""
+    if observation is None:
+        return None
+    tree = jax.tree.unflatten(jax.tree.structure(spec.observation), list(jax.tree.leaves(spec.obs_ndim)))
+    layouts = {k: tree[k] for k in observation} if isinstance(observation, dict) else tree
+    return tuple(jax.tree.leaves(layouts)) if spec.structured else layouts
+
+
 def make_network(config) -> ActorCritic:
     """The actor-critic: logits for Discrete actions, every choice's logits one after
-    another (``sum(nvec)``) for MultiDiscrete ones, a Gaussian's mean and log-std for Box."""
+    another (``sum(nvec)``) for MultiDiscrete ones, a Gaussian's mean and log-std for Box.
+    With a ``centralised_critic`` its critic reads other inputs (:func:`split_observation`)."""
     spec = envs.config_spec(config)
+    actor_obs, critic_obs = split_observation(spec.observation, config)
     if spec.continuous:
         action_dim = spec.action_shape[0]
     else:
@@ -126,7 +179,8 @@ def make_network(config) -> ActorCritic:
         network=config.network,
         hidden_sizes=config.hidden_sizes,
         activation=config.activation,
-        obs_ndim=spec.obs_ndim,
+        obs_ndim=_layouts(actor_obs, spec),
+        critic_obs_ndim=_layouts(critic_obs, spec),
         log_std_init=config.log_std_init,
         memory=config.memory,
         memory_size=config.memory_size,
@@ -134,14 +188,84 @@ def make_network(config) -> ActorCritic:
     )
 
 
-def initial_carry(config, batch_size: int):
-    """The policy's memory before an episode's first step, for ``batch_size`` envs:
-    zeros, leaves ``[batch_size, memory_size]`` (a dict of the actor's and the critic's
-    without ``shared_memory``); ``()`` without memory."""
+def _agents_first(tree, layouts, to_front: bool = True):
+    """Move the agent axis of each leaf (the last batch axis, before its ``layouts``
+    trailing dims: a pytree of ints like ``tree``, or one int for all) to the front,
+    or (``to_front=False``) from the front back."""
+
+    def move(x, ndim):
+        last_batch = x.ndim - ndim - 1
+        return jnp.moveaxis(x, last_batch, 0) if to_front else jnp.moveaxis(x, 0, last_batch)
+
+    if isinstance(layouts, int):
+        return jax.tree.map(lambda x: move(x, layouts), tree)
+    return jax.tree.map(move, tree, layouts)
+
+
+def _leaf_ndims(obs, obs_ndim):
+    """Per observation leaf, its trailing feature dims (``obs_ndim`` as networks read it)."""
+    ndims = [0 if isinstance(layout, networks.OneHot) else layout for _, layout in networks.obs_leaves(obs, obs_ndim)]
+    return jax.tree.unflatten(jax.tree.structure(obs), ndims)
+
+
+def init_network(key: jax.Array, config):
+    """The network's parameters: one set, or with ``multi_agent`` and not
+    ``share_parameters`` one per agent (leaves ``[A, ...]``)."""
+    spec = envs.config_spec(config)
+    actor_obs, critic_obs = split_observation(spec.zeros((1, 1)), config)  # [T, B, ...]
+    init = lambda k: make_network(config).init(k, actor_obs, _core_carry(config, 1), None, critic_obs)  # noqa: E731
+    if config.multi_agent and not config.share_parameters:
+        return jax.vmap(init)(jax.random.split(key, num_agents(config)))
+    return init(key)
+
+
+def num_agents(config) -> int:
+    """The number of agents of a ``multi_agent`` config's env (1 otherwise)."""
+    return envs.make_config_env(config)[0].num_agents if config.multi_agent else 1
+
+
+def apply_network(network_params, obs, config, carry=(), reset=None):
+    """``make_network(config).apply`` on raw (normalised) observations ``[..., *obs]``:
+    ``(policy_out, value [...], carry)``. With one network per agent (``multi_agent``,
+    not ``share_parameters``) each agent's slice of the last batch axis of ``obs``,
+    ``carry`` and ``reset`` goes through its own parameters (a ``vmap``)."""
+    network = make_network(config)
+    actor_obs, critic_obs = split_observation(obs, config)
+    if not config.multi_agent or config.share_parameters:
+        return network.apply(network_params, actor_obs, carry, reset, critic_obs)
+    ndims = _leaf_ndims(actor_obs, network.obs_ndim)
+    critic_ndims = None if critic_obs is None else _leaf_ndims(critic_obs, network.critic_obs_ndim)
+    inputs = (
+        _agents_first(actor_obs, ndims),
+        _agents_first(carry, 1),
+        None if reset is None else _agents_first(reset, 0),
+        None if critic_obs is None else _agents_first(critic_obs, critic_ndims),
+    )
+    policy_out, value, carry = jax.vmap(network.apply)(network_params, *inputs)
+    if isinstance(policy_out, tuple):  # a Gaussian's mean [A, ..., d] and log-std [A, d]
+        policy_out = (_agents_first(policy_out[0], 1, False), policy_out[1])
+    else:
+        policy_out = _agents_first(policy_out, 1, False)
+    return policy_out, _agents_first(value, 0, False), _agents_first(carry, 1, False)
+
+
+def _core_carry(config, batch_size: int):
     carry = networks.initial_carry(config.memory, config.memory_size, batch_size)
     if config.memory == "none" or config.shared_memory:
         return carry
     return {"actor": carry, "critic": carry}
+
+
+def initial_carry(config, batch_size: int):
+    """The policy's memory before an episode's first step, for ``batch_size`` envs:
+    zeros, leaves ``[batch_size, memory_size]`` (``[batch_size, A, memory_size]`` with
+    ``multi_agent``; a dict of the actor's and the critic's without ``shared_memory``);
+    ``()`` without memory."""
+    carry = _core_carry(config, batch_size)
+    if not config.multi_agent:
+        return carry
+    agents = num_agents(config)
+    return jax.tree.map(lambda c: jnp.zeros((batch_size, agents) + c.shape[1:], c.dtype), carry)
 
 
 def make_optimizer(config, updates_per_iteration: int) -> optax.GradientTransformation:
@@ -174,7 +298,7 @@ def init(key: jax.Array, config, updates_per_iteration: int, policy_lag: int = 0
     spec = envs.config_spec(config)
     network_key, env_key = jax.random.split(key)
     params = {
-        "network": make_network(config).init(network_key, spec.zeros((1, 1)), initial_carry(config, 1)),  # [T, B, ...]
+        "network": init_network(network_key, config),
         "obs_stats": envs.observation_stats_init(spec.observation, spec.obs_classes),
     }
     obs, env_state = rollout.reset(env, env_params, env_key, config.num_envs)
@@ -205,7 +329,7 @@ def policy_and_value(params: dict, obs: jax.Array, config, carry=(), reset=None)
     raw_obs = obs
     if config.normalize_observations:
         obs = envs.normalize_observation(params["obs_stats"], obs)
-    policy_out, value, carry = make_network(config).apply(params["network"], obs, carry, reset)
+    policy_out, value, carry = apply_network(params["network"], obs, config, carry, reset)
     if spec.discrete:
         if spec.action_mask:
             policy_out = mask_actions(policy_out, raw_obs[envs.ACTION_MASK])
@@ -332,7 +456,8 @@ def update_obs_stats(state: State, trajectory: Trajectory, config) -> State:
     was collected with."""
     if not config.normalize_observations:
         return state
-    flat_obs = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), trajectory.obs)
+    observation = envs.config_spec(config).observation  # the trailing dims of one (agent's) observation
+    flat_obs = jax.tree.map(lambda x, leaf: x.reshape((-1,) + leaf.shape), trajectory.obs, observation)
     obs_stats = envs.observation_stats_update(state.params["obs_stats"], flat_obs)
     return state.replace(params={**state.params, "obs_stats": obs_stats})
 

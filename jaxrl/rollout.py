@@ -82,9 +82,10 @@ def episode_metrics(trajectory: Trajectory) -> dict:
     """Mean return and length over the episodes that *finished* in ``trajectory``.
 
     Returns scalars ``episode_return`` and ``episode_length`` (NaN when no episode
-    finished: never a zero placeholder) and ``episodes``, the count.
+    finished: never a zero placeholder) and ``episodes``, the count. Steps that are no
+    transitions (``valid`` False: an env's padding, an agent that has left) end none.
     """
-    done = trajectory.done
+    done = trajectory.done if trajectory.valid is None else trajectory.done & trajectory.valid
     count = jnp.sum(done)
     safe = jnp.maximum(count, 1)
     mean_return = jnp.sum(jnp.where(done, trajectory.episode_return, 0.0)) / safe

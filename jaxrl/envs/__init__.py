@@ -359,7 +359,10 @@ def observation_classes(space) -> tuple:
 def spec(env, env_params) -> EnvSpec:
     """Describe ``env``'s observation and action spaces."""
     if getattr(env, "multi_agent", False):  # its spaces are per agent: see jaxrl.envs.multiagent.spec
-        raise ValueError(f"{env.name} is a multi-agent env (agents {list(env.agents)}); single-agent code can't use it")
+        raise ValueError(
+            f"{env.name} is a multi-agent env (agents {list(env.agents)}), which single-agent algorithms cannot "
+            "train: use ippo, mappo, iql or vdn (or multi_agent=True in ppo, a2c or dqn)"
+        )
     observation_space = env.observation_space(env_params)
     observation = observation_struct(observation_space)
     action_space = env.action_space(env_params)
@@ -422,14 +425,31 @@ def refuse_multi_discrete(spec: EnvSpec, env_id: str, algorithm: str) -> None:
         )
 
 
+def _make(env_id: str, env_kwargs: tuple, agent_view: tuple | None):
+    if agent_view is None:
+        return make(env_id, **dict(env_kwargs))
+    from jaxrl.envs import multiagent  # it imports this module
+
+    return multiagent.make_agent_batch(env_id, *agent_view, **dict(env_kwargs))
+
+
+def make_config_env(config):
+    """``(env, env_params)`` of an algorithm config: :func:`make` of its ``env_id`` and
+    ``env_kwargs`` or, where the config's ``agent_view`` is set (``multi_agent=True``:
+    ``(agent_id, global_state)``), the :class:`jaxrl.envs.multiagent.AgentBatch` view of
+    that multi-agent env, whose agents are a batch axis."""
+    return _make(config.env_id, config.env_kwargs, getattr(config, "agent_view", None))
+
+
 @functools.cache
-def _cached_spec(env_id: str, env_kwargs: tuple) -> EnvSpec:
-    return spec(*make(env_id, **dict(env_kwargs)))
+def _cached_spec(env_id: str, env_kwargs: tuple, agent_view: tuple | None) -> EnvSpec:
+    return spec(*_make(env_id, env_kwargs, agent_view))
 
 
 def config_spec(config) -> EnvSpec:
-    """The :class:`EnvSpec` of an algorithm config's ``env_id`` / ``env_kwargs`` (cached)."""
-    return _cached_spec(config.env_id, config.env_kwargs)
+    """The :class:`EnvSpec` of an algorithm config's env (:func:`make_config_env`;
+    cached): one agent's, for a multi-agent config."""
+    return _cached_spec(config.env_id, config.env_kwargs, getattr(config, "agent_view", None))
 
 
 # The built-in prefixes: ``"<suite>:"`` is served by the adapter module

@@ -155,6 +155,7 @@ class JaxMarlEnv(MultiAgentEnv):
         self.agents = tuple(self.env.agents)
         self._mask = _MASKS.get(name)
         self._world_state = name in _SMAX
+        self.agents_leave = name in _SMAX
 
     @property
     def name(self) -> str:

@@ -57,6 +57,10 @@ __all__ = [
     "spec",
     "stack",
     "unstack",
+    "AgentBatch",
+    "AgentBatchState",
+    "AGENT_ID",
+    "GLOBAL_STATE",
     "EpisodeStatistics",
     "EpisodeStatisticsState",
     "ClimbingGame",
@@ -83,6 +87,9 @@ class MultiAgentEnv:
     # Marks the env for jaxrl.envs.spec, which refuses it: single-agent code cannot run it.
     multi_agent = True
     agents: tuple[str, ...] = ()
+    # Whether an agent can leave before the episode ends (a dead SMAX unit): its later
+    # steps are then no transitions, and AgentBatch reports them invalid.
+    agents_leave: bool = False
 
     @property
     def name(self) -> str:
@@ -269,6 +276,148 @@ def unstack(tree, agents, axis: int = 0) -> dict:
         if jnp.shape(leaf)[axis] != len(agents):
             raise ValueError(f"leaf of shape {jnp.shape(leaf)} has no axis {axis} of {len(agents)} agents")
     return {a: jax.tree.map(lambda x, i=i: jnp.take(x, i, axis=axis), tree) for i, a in enumerate(agents)}
+
+
+# ----------------------------------------------------------------------------- one env with agents as a batch axis
+
+#: The keys :class:`AgentBatch` adds to each agent's observation: a one-hot of the
+#: agent's index ``[A]`` (for parameters shared across agents) and the global state ``[D]``
+#: (a centralised critic's input).
+AGENT_ID = "agent_id"
+GLOBAL_STATE = "global_state"
+
+
+@struct.dataclass
+class AgentBatchState:
+    env_state: Any
+    agent_returns: jax.Array  # float32 [A]: each agent's return in its current episode
+    agent_lengths: jax.Array  # int32 [A]: each agent's steps in its current episode
+
+
+class AgentBatch:
+    """A multi-agent env of homogeneous agents as one gymnax-API env whose every array
+    has a leading agent axis ``[A]``: how the multi-agent algorithms see it.
+
+    ``reset`` gives observations with leaves ``[A, ...]``; ``step`` takes actions ``[A,
+    ...]`` and returns rewards, ``terminated`` and ``truncated`` ``[A]``, each agent's
+    own. Its spaces and :func:`jaxrl.envs.spec` describe one agent, so single-agent
+    networks, masks and distributions apply to the agent axis as to any batch axis.
+
+    With ``agent_id`` each observation gains :data:`AGENT_ID`, the agent's one-hot
+    index; with ``global_state``, :data:`GLOBAL_STATE`, the env's global state (the
+    same for every agent). An array observation then becomes ``{"observation": obs,
+    ...}``; a dict one gains the keys beside its own (an ``"action_mask"`` stays on top).
+
+    ``info`` holds ``final_observation`` (the observations before an auto-reset, with
+    the global state before it), each agent's ``episode_return`` and
+    ``episode_length`` ``[A]`` at the step its episode ended (0 elsewhere: an agent's
+    episode ends when it leaves or the env's episode ends) and, for an env whose agents
+    can leave (:attr:`MultiAgentEnv.agents_leave`; :attr:`padding_steps` is then True),
+    ``valid [A]``: False at the steps of an agent that has left, which are no transitions.
+    """
+
+    multi_agent = False  # its spaces are one agent's: jaxrl.envs.spec describes it
+
+    def __init__(self, env: MultiAgentEnv, agent_id: bool = False, global_state: bool = False, params=None):
+        if not getattr(env, "multi_agent", False):
+            raise ValueError(
+                f"{env.name} is a single-agent env; the multi-agent algorithms (ippo, mappo, iql, vdn, or "
+                "multi_agent=True) need a multi-agent one (jaxmarl:<id>, MultiAgentClimbing-v0)"
+            )
+        self.agent_spec = spec(env, params)
+        self.agent_spec.agent  # noqa: B018 -- raises for heterogeneous agents, naming them
+        self._env, self.agent_id, self.with_global_state = env, agent_id, global_state
+        self.padding_steps = bool(env.agents_leave)
+
+    @property
+    def name(self) -> str:
+        return self._env.name
+
+    @property
+    def agents(self) -> tuple[str, ...]:
+        return tuple(self._env.agents)
+
+    @property
+    def num_agents(self) -> int:
+        return len(self.agents)
+
+    @property
+    def default_params(self):
+        return self._env.default_params
+
+    def _observe(self, obs: dict, global_state: jax.Array):
+        obs = stack(obs, self.agents)
+        extra = {}
+        if self.agent_id:
+            extra[AGENT_ID] = jnp.eye(self.num_agents, dtype=jnp.float32)
+        if self.with_global_state:
+            extra[GLOBAL_STATE] = jnp.broadcast_to(global_state, (self.num_agents,) + global_state.shape)
+        if not extra:
+            return obs
+        return {**obs, **extra} if isinstance(obs, dict) else {"observation": obs, **extra}
+
+    def reset(self, key: jax.Array, params=None):
+        """``(obs [A, ...], state)``."""
+        params = self.default_params if params is None else params
+        obs, env_state = self._env.reset(key, params)
+        zeros = jnp.zeros((self.num_agents,), jnp.float32)
+        state = AgentBatchState(env_state, zeros, zeros.astype(jnp.int32))
+        return self._observe(obs, self._env.global_state(env_state, params)), state
+
+    def step(self, key: jax.Array, state: AgentBatchState, action, params=None):
+        """One step of every agent: ``action [A, ...]`` -> ``(obs, state, reward [A],
+        terminated [A], truncated [A], info)``."""
+        params = self.default_params if params is None else params
+        obs, env_state, rewards, terminated, truncated, info = self._env.step(
+            key, state.env_state, unstack(action, self.agents), params
+        )
+        reward, terminated, truncated, active = (
+            stack(x, self.agents) for x in (rewards, terminated, truncated, info["active"])
+        )
+        agent_returns = state.agent_returns + jnp.where(active, reward, 0.0)
+        agent_lengths = state.agent_lengths + active.astype(jnp.int32)
+        ended = (terminated | truncated) & active
+        restart = ended | info["episode_done"]
+        out = {
+            "final_observation": self._observe(info["final_observation"], info["final_global_state"]),
+            "episode_return": jnp.where(ended, agent_returns, 0.0),
+            "episode_length": jnp.where(ended, agent_lengths, 0),
+        }
+        if self.padding_steps:
+            out["valid"] = active
+        state = AgentBatchState(
+            env_state, jnp.where(restart, 0.0, agent_returns), jnp.where(restart, 0, agent_lengths)
+        )
+        return self._observe(obs, info["global_state"]), state, reward, terminated, truncated, out
+
+    def observation_space(self, params=None):
+        """One agent's observation space, with the keys this view adds."""
+        params = self.default_params if params is None else params
+        own = self._env.observation_space(params, self.agents[0])
+        extra = {}
+        if self.agent_id:
+            extra[AGENT_ID] = spaces.Box(0.0, 1.0, (self.num_agents,), jnp.float32)
+        if self.with_global_state:
+            extra[GLOBAL_STATE] = self._env.global_state_space(params)
+        if not extra:
+            return own
+        if isinstance(own, spaces.Dict):
+            clash = sorted(set(own.spaces) & set(extra))
+            if clash:
+                raise ValueError(f"{self.name}: the observation already has key(s) {clash}, which AgentBatch adds")
+            return spaces.Dict({**own.spaces, **extra})
+        return spaces.Dict({"observation": own, **extra})
+
+    def action_space(self, params=None):
+        """One agent's action space."""
+        return self._env.action_space(self.default_params if params is None else params, self.agents[0])
+
+
+def make_agent_batch(env_id: str, agent_id: bool = False, global_state: bool = False, **env_kwargs):
+    """``(AgentBatch(env, agent_id, global_state), env_params)`` for ``env_id`` made by
+    :func:`jaxrl.envs.make`: how an algorithm config with ``multi_agent=True`` makes its env."""
+    env, params = envs.make(env_id, **env_kwargs)
+    return AgentBatch(env, agent_id, global_state, params), params
 
 
 # ----------------------------------------------------------------------------- episode statistics
