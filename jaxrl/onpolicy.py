@@ -91,7 +91,8 @@ class Config:
         if not self.multi_agent:
             for field, default in (("share_parameters", True), ("centralised_critic", False)):
                 if getattr(self, field) != default:
-                    raise ValueError(f"{field}={getattr(self, field)} applies to multi-agent training (multi_agent=True)")
+                    value = getattr(self, field)
+                    raise ValueError(f"{field}={value} applies to multi-agent training (multi_agent=True)")
             return
         if self.scale_rewards:
             raise ValueError("scale_rewards is not supported with multi_agent=True (rewards are per agent)")

@@ -385,9 +385,7 @@ class AgentBatch:
         }
         if self.padding_steps:
             out["valid"] = active
-        state = AgentBatchState(
-            env_state, jnp.where(restart, 0.0, agent_returns), jnp.where(restart, 0, agent_lengths)
-        )
+        state = AgentBatchState(env_state, jnp.where(restart, 0.0, agent_returns), jnp.where(restart, 0, agent_lengths))
         return self._observe(obs, info["global_state"]), state, reward, terminated, truncated, out
 
     def observation_space(self, params=None):
