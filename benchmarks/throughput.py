@@ -165,6 +165,29 @@ ENTRIES = {
         for kind in ("gru", "ff")
         for suffix, env_id in (("", "CartPole-v1"), ("-masked", "MaskedCartPole-v1"))
     },
+    # Several agents: IPPO and MAPPO on MPE simple_spread (3 agents) at JaxMARL's MPE
+    # settings, and single-agent PPO at equal network size and rows per pass (16 envs x 3
+    # agents = 48 envs) for the per-agent-step cost. No peer: rejax has no multi-agent PPO.
+    **{
+        name: Entry(
+            name,
+            f"{name.upper()} on MPE simple_spread (3 agents) at JaxMARL's MPE settings",
+            "jaxmarl:MPE_simple_spread_v3",
+            budget=500_000,
+            quick=20_480,
+            config=dict(num_envs=16, num_steps=128),
+            notes=("steps are env steps, each of 3 agents: an agent-step costs a third of an env step's time.",),
+        )
+        for name in ("ippo", "mappo")
+    },
+    "ppo-48-envs": Entry(
+        "ppo",
+        "PPO on CartPole-v1 at IPPO's network and rows: 48 envs (16 envs x 3 agents), 128 steps",
+        "CartPole-v1",
+        budget=500_000 * 3,
+        quick=20_480 * 3,
+        config=dict(num_envs=48, num_steps=128),
+    ),
     # The A2C family at their Configs' defaults (no peer: rejax 0.1.3 has none of them).
     "a2c": Entry("a2c", "A2C on CartPole-v1 at a2c.Config()'s defaults", "CartPole-v1", 200_000, 20_000),
     "reinforce": Entry(
@@ -484,6 +507,8 @@ def run_jaxrl(jax, entry: Entry, seeds: int, args) -> dict:
 # How the floor runs each algorithm's learner (its network passes per update).
 FLOORS = {
     "ppo": "onpolicy",
+    "ippo": "onpolicy",
+    "mappo": "onpolicy",
     "a2c": "onpolicy",
     "reinforce": "onpolicy",
     "impala": "onpolicy",
@@ -523,7 +548,7 @@ def run_floor(jax, entry: Entry, seeds: int, args) -> dict:
     from jaxrl import envs, networks, rollout
 
     module, config = jaxrl_config(entry, args.quick)
-    env, env_params = envs.make(config.env_id, **dict(config.env_kwargs))
+    env, env_params = envs.make_config_env(config)  # multi-agent: the agents-as-a-batch-axis view
     spec = envs.config_spec(config)
     passes = {"onpolicy": onpolicy_passes, "dqn": dqn_passes, "sac": sac_passes, "ddpg": ddpg_passes}
     init, act, learn = passes[FLOORS[entry.algorithm]](jax, module, config, spec)
@@ -584,38 +609,46 @@ def onpolicy_passes(jax, module, config, spec):
     num_minibatches`` forward and backward passes (A2C: one, on the whole rollout). With
     memory, every pass runs the recurrent core: acting one step from the carry, the
     bootstrap values as two-step sequences from each step's stored carry, and the learner
-    over sequences of ``chunk_length`` steps from the carry stored at their first step."""
+    over sequences of ``chunk_length`` steps from the carry stored at their first step.
+    Observations may be pytrees, and with ``multi_agent`` carry an agent axis ``[N, A, ...]``
+    (IPPO, MAPPO): the passes are then ``jaxrl.onpolicy.apply_network``'s, one for all agents."""
     import jax.numpy as jnp
 
-    network = module.make_network(config)
+    from jaxrl import onpolicy
+
     epochs, minibatches = getattr(config, "num_epochs", 1), getattr(config, "num_minibatches", 1)
     recurrent = config.memory != "none"
     length = getattr(config, "chunk_length", config.num_steps) if recurrent else 1
+    tree = jax.tree.map
+
+    def apply(params, obs, memory=()):
+        return onpolicy.apply_network(params, obs, config, memory)
 
     def act(params, obs, memory):  # the policy's mode; the value is kept, as a rollout stores it
         if recurrent:  # a sequence of one step
-            out, value, memory = network.apply(params, obs[None], memory)
+            out, value, memory = apply(params, tree(lambda x: x[None], obs), memory)
             out, value = (out[0] if spec.discrete else (out[0][0], out[1])), value[0]
         else:
-            out, value, memory = network.apply(params, obs)
+            out, value, memory = apply(params, obs)
         action = jnp.argmax(out, axis=-1) if spec.discrete else jnp.clip(out[0], spec.action_low, spec.action_high)
         return action, value, memory
 
     def loss(params, obs, memory):
-        return sum(jnp.mean(jnp.square(x)) for x in jax.tree.leaves(network.apply(params, obs, memory)[:2]))
+        return sum(jnp.mean(jnp.square(x)) for x in jax.tree.leaves(apply(params, obs, memory)[:2]))
 
     def learn(params, observed):
         obs, memory = observed
+        flat = lambda x: x.reshape((-1, *x.shape[2:]))  # noqa: E731
         if recurrent:  # each step's value after advancing its stored carry through obs: [2, T * N] sequences
-            flat = lambda x: x.reshape((-1, *x.shape[2:]))
-            bootstrap = network.apply(params, jnp.stack([flat(obs), flat(obs)]), jax.tree.map(flat, memory))[1]
+            pairs = tree(lambda x: jnp.stack([flat(x), flat(x)]), obs)
+            bootstrap = apply(params, pairs, tree(flat, memory))[1]
             # [T, N, ...] -> [N * T / L chunks, L, ...] -> minibatches of [L, chunks, ...] sequences
-            chunks = lambda x: jnp.swapaxes(x, 0, 1).reshape((minibatches, -1, length, *x.shape[2:]))
-            batches = (jnp.swapaxes(chunks(obs), 1, 2), jax.tree.map(lambda m: chunks(m)[:, :, 0], memory))
+            chunks = lambda x: jnp.swapaxes(x, 0, 1).reshape((minibatches, -1, length, *x.shape[2:]))  # noqa: E731
+            batches = (tree(lambda x: jnp.swapaxes(chunks(x), 1, 2), obs), tree(lambda m: chunks(m)[:, :, 0], memory))
         else:
-            flat = obs.reshape((-1, *spec.obs_shape))
-            bootstrap = network.apply(params, flat)[1]
-            batches = (flat.reshape((minibatches, -1, *spec.obs_shape)), jnp.zeros((minibatches,)))
+            rows = tree(flat, obs)
+            bootstrap = apply(params, rows)[1]
+            batches = (tree(lambda x: x.reshape((minibatches, -1, *x.shape[1:])), rows), jnp.zeros((minibatches,)))
 
         def epoch(params, _):
             def minibatch(params, batch):
@@ -627,8 +660,7 @@ def onpolicy_passes(jax, module, config, spec):
         return jax.lax.scan(epoch, params, None, length=epochs)[0], jnp.mean(bootstrap)
 
     def init(key, obs):
-        sequence = obs[None, :1] if recurrent else obs[:1]
-        return network.init(key, sequence, module.initial_carry(config, 1))
+        return onpolicy.init_network(key, config)
 
     return init, act, learn
 

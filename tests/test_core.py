@@ -39,7 +39,7 @@ def variant(name: str):
 def tiny_config(name: str):
     """A few iterations of ``name`` on a small network."""
     module = algorithms.get(name)
-    if name in ("ppo", "a2c", "impala"):
+    if name in ("ppo", "a2c", "impala", "ippo", "mappo"):
         return module.Config(num_steps=8, **TINY)
     if name == "reinforce":
         return module.Config(env_kwargs={"max_steps_in_episode": 16}, **TINY)

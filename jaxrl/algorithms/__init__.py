@@ -8,7 +8,21 @@ import difflib
 import importlib
 from types import ModuleType
 
-ALGORITHMS = ("ppo", "a2c", "reinforce", "impala", "dqn", "ddpg", "td3", "sac", "bc", "es", "alphazero")
+ALGORITHMS = (
+    "ppo",
+    "a2c",
+    "reinforce",
+    "impala",
+    "dqn",
+    "ddpg",
+    "td3",
+    "sac",
+    "bc",
+    "es",
+    "alphazero",
+    "ippo",
+    "mappo",
+)
 
 
 def get(name: str) -> ModuleType:

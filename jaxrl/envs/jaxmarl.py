@@ -148,10 +148,13 @@ class JaxMarlEnv(MultiAgentEnv):
         jaxmarl = require_jaxmarl()
         self.id = name
         self._time_limited = name in _MPE or name in _SMAX
-        probe = jaxmarl.make(name, **kwargs)
-        # The env's own limit becomes the default of ours; JaxMARL's is moved out of reach.
-        self.own_max_steps = int(probe.max_steps) if self._time_limited else DEFAULT_MAX_STEPS
-        self.env = jaxmarl.make(name, max_steps=_NEVER, **kwargs) if self._time_limited else probe
+        # JaxMARL's constructors compute and assert on arrays: concrete even when an
+        # algorithm makes its env inside a jit trace.
+        with jax.ensure_compile_time_eval():
+            probe = jaxmarl.make(name, **kwargs)
+            # The env's own limit becomes the default of ours; JaxMARL's is moved out of reach.
+            self.own_max_steps = int(probe.max_steps) if self._time_limited else DEFAULT_MAX_STEPS
+            self.env = jaxmarl.make(name, max_steps=_NEVER, **kwargs) if self._time_limited else probe
         self.agents = tuple(self.env.agents)
         self._mask = _MASKS.get(name)
         self._world_state = name in _SMAX

@@ -1,0 +1,83 @@
+"""IPPO: independent PPO for several agents (de Witt et al., 2020, arXiv:2011.09533).
+
+It is :mod:`jaxrl.algorithms.ppo` with ``multi_agent=True``, not a copy: a multi-agent
+env (``jaxmarl:<id>``, ``MultiAgentClimbing-v0``) is seen through
+:class:`jaxrl.envs.multiagent.AgentBatch`, so its agents are a batch axis — rollouts
+are ``[T, N, A, ...]`` and one network call serves every agent. Each agent's critic
+reads its own observation. By default one network is shared by all agents and told
+the agent's one-hot id; ``share_parameters=False`` gives each agent its own (the
+parameters gain a leading ``[A]`` axis). Action masks (SMAX, Hanabi) and memory work
+as in PPO; agents that leave an episode early (dead SMAX units) drop out of the loss. ::
+
+    config = ippo.preset("jaxmarl:MPE_simple_spread_v3")
+    out = jax.jit(ippo.train)(jax.random.key(0), config)
+    out.metrics["episode_return"]   # the mean agent's return over finished episodes
+"""
+
+from __future__ import annotations
+
+from flax import struct
+
+from jaxrl.algorithms import ppo
+from jaxrl.algorithms.ppo import (
+    State,
+    act,
+    compute_targets,
+    evaluate,
+    init,
+    initial_carry,
+    loss_fn,
+    make_env,
+    make_network,
+    minibatch_policy_and_value,
+    minibatch_rows,
+    policy_and_value,
+    program,
+    step,
+    train,
+    update,
+)
+from jaxrl.config import static
+
+
+@struct.dataclass
+class Config(ppo.Config):
+    """PPO's Config on a multi-agent env's agents (see :class:`jaxrl.algorithms.ppo.Config`);
+    ``num_envs`` counts envs, each of ``A`` agents, and ``total_timesteps`` env steps."""
+
+    env_id: str = static("MultiAgentClimbing-v0")
+    multi_agent: bool = static(True)
+
+
+PRESETS = {
+    # JaxMARL's IPPO settings for MPE (ippo_ff_mpe), 64-unit layers.
+    "jaxmarl:MPE_simple_spread_v3": dict(num_envs=16, num_steps=128, total_timesteps=1_000_000),
+}
+
+
+def preset(env_id: str, **overrides) -> Config:
+    """A Config with settings tuned for ``env_id`` (the defaults where none are known)."""
+    return Config(env_id=env_id, **{**PRESETS.get(env_id, {}), **overrides})
+
+
+__all__ = [  # the algorithm contract: PPO's functions with this Config
+    "Config",
+    "PRESETS",
+    "State",
+    "act",
+    "compute_targets",
+    "evaluate",
+    "init",
+    "initial_carry",
+    "loss_fn",
+    "make_env",
+    "make_network",
+    "minibatch_policy_and_value",
+    "minibatch_rows",
+    "policy_and_value",
+    "preset",
+    "program",
+    "step",
+    "train",
+    "update",
+]
