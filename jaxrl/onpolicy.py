@@ -81,7 +81,9 @@ class Config:
         require_choice(self, "optimizer", OPTIMIZERS)
         self.check_agents()
         require_network(self, envs.config_spec(self).obs_ndim)
-        if self.memory != "none":  # a padding step would carry one episode's memory into the next
+        # A padding step would carry one episode's memory into the next. An agent that has
+        # left (multi-agent) is terminated at each of its invalid steps, so its memory resets.
+        if self.memory != "none" and not self.multi_agent:
             envs.require_transitions_only(self, f"memory={self.memory!r}")
 
     def check_agents(self) -> None:

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl import cli, envs, evaluation, rollout, runner, sweep_axes
+from jaxrl import cli, envs, evaluation, onpolicy, rollout, runner, sweep_axes
 from jaxrl.algorithms import get, ippo, mappo, ppo
 from jaxrl.envs import multiagent as ma
 
@@ -220,6 +220,47 @@ def test_separate_parameters_give_each_agent_its_own_network():
         np.testing.assert_allclose(value[:, :, i], own_value, rtol=1e-5, atol=1e-6)
         for ours, theirs in zip(jax.tree.leaves(next_carry), jax.tree.leaves(own_carry)):
             np.testing.assert_allclose(ours[:, i], theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_mappo_with_memory_on_smax_respects_masks_and_leaves_out_units_that_left():
+    """Recurrent MAPPO on SMAX: no masked action is ever sampled, and the learner's update
+    is the same when the rewards and observations of units that have left the episode
+    (``valid`` False) are replaced by garbage, and differs when a valid step's reward does."""
+    pytest.importorskip("jaxmarl")
+    config = mappo.Config(
+        env_id="jaxmarl:HeuristicEnemySMAX", env_kwargs={"num_allies": 3, "num_enemies": 5}, memory="gru",
+        memory_size=8, num_envs=4, num_steps=64, total_timesteps=4 * 64 * 2, hidden_sizes=(16,), num_minibatches=2,
+        num_evals=1, eval_episodes=2, num_reports=0,
+    )  # fmt: skip
+    state = mappo.init(jax.random.key(0), config)
+    state, trajectory = jax.jit(onpolicy.collect, static_argnums=3)(state, state.params, jax.random.key(1), config)
+    mask, valid = trajectory.obs["action_mask"], trajectory.valid
+    assert valid.shape == (64, 4, 3) and not bool(valid.all()) and bool(valid.any())
+    assert bool(jnp.take_along_axis(mask, trajectory.action[..., None], -1).all())
+    update = jax.jit(mappo.update, static_argnums=3)
+    _, metrics = update(state, trajectory, jax.random.key(2), config)
+    rng = np.random.default_rng(0)
+    garbage = trajectory.replace(
+        reward=jnp.where(valid, trajectory.reward, 1e3 * rng.normal(size=valid.shape)),
+        obs={**trajectory.obs, "observation": jnp.where(
+            valid[..., None], trajectory.obs["observation"], rng.normal(size=trajectory.obs["observation"].shape)
+        )},
+    )  # fmt: skip
+    _, garbage_metrics = update(state, garbage, jax.random.key(2), config)
+    for name in ("policy_loss", "value_loss", "entropy", "approx_kl"):
+        np.testing.assert_allclose(garbage_metrics[name], metrics[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    changed = trajectory.replace(reward=trajectory.reward + 5.0 * valid)
+    assert not np.isclose(update(state, changed, jax.random.key(2), config)[1]["value_loss"], metrics["value_loss"])
+
+
+def test_the_other_on_policy_algorithms_take_the_same_flags():
+    """A2C (and so REINFORCE and IMPALA) trains a multi-agent env with the same flags."""
+    config = get("a2c").Config(multi_agent=True, centralised_critic=True, env_id="MultiAgentClimbing-v0", **SMALL_A2C)
+    out = jax.jit(get("a2c").train)(jax.random.key(0), config)
+    assert np.isfinite(out.metrics["policy_loss"]).all() and np.isfinite(out.metrics["eval_return"][-1])
+
+
+SMALL_A2C = dict(num_envs=4, num_steps=10, total_timesteps=4 * 10 * 4, hidden_sizes=(16,), num_evals=1, num_reports=0)
 
 
 # ----------------------------------------------------------------------------- the contract
