@@ -43,6 +43,8 @@ from jaxrl.types import TrainOutput, Trajectory
 
 __all__ = [  # the contract; act, evaluate, State ... are jaxrl.onpolicy's
     "Config",
+    "PRESETS",
+    "preset",
     "State",
     "init",
     "act",
@@ -106,6 +108,14 @@ class Config(onpolicy.Config):
         super().check_traced()
         for field in ("rho_bar", "c_bar"):  # jnp.inf switches truncation off
             require_range(self, field, 0.0, float("inf"), low_open=True)
+
+
+PRESETS = {}
+
+
+def preset(env_id: str, **overrides) -> Config:
+    """A Config with settings tuned for ``env_id`` (the defaults where none are known)."""
+    return Config(env_id=env_id, **{**PRESETS.get(env_id, {}), **overrides})
 
 
 def init(key: jax.Array, config: Config) -> State:

@@ -116,6 +116,14 @@ class Config(offpolicy.ReplaySchedule):
             offpolicy.check_sequence_replay(self, bootstrap_steps=0)
 
 
+PRESETS = {}
+
+
+def preset(env_id: str, **overrides) -> Config:
+    """A Config with settings tuned for ``env_id`` (the defaults where none are known)."""
+    return Config(env_id=env_id, **{**PRESETS.get(env_id, {}), **overrides})
+
+
 @struct.dataclass
 class State:
     params: dict  # {"actor": flax params}: all ``act`` needs

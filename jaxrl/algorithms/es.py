@@ -50,6 +50,8 @@ from jaxrl.types import TrainOutput
 
 __all__ = [
     "Config",
+    "PRESETS",
+    "preset",
     "State",
     "Generation",
     "STRATEGIES",
@@ -138,6 +140,14 @@ class Config:
         require_range(self, "learning_rate", 0.0, float("inf"), low_open=True)
         require_range(self, "weight_decay", 0.0, float("inf"))
         require_range(self, "action_noise", 0.0, float("inf"))
+
+
+PRESETS = {}
+
+
+def preset(env_id: str, **overrides) -> Config:
+    """A Config with settings tuned for ``env_id`` (the defaults where none are known)."""
+    return Config(env_id=env_id, **{**PRESETS.get(env_id, {}), **overrides})
 
 
 @struct.dataclass

@@ -42,8 +42,18 @@ class Config(a2c.Config):
     policy_lag: int = static(1)
 
 
+PRESETS = {}
+
+
+def preset(env_id: str, **overrides) -> Config:
+    """A Config with settings tuned for ``env_id`` (the defaults where none are known)."""
+    return Config(env_id=env_id, **{**PRESETS.get(env_id, {}), **overrides})
+
+
 __all__ = [  # the algorithm contract: A2C's functions with this Config
     "Config",
+    "PRESETS",
+    "preset",
     "State",
     "act",
     "evaluate",

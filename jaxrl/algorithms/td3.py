@@ -50,9 +50,19 @@ class Config(ddpg.Config):
     target_noise: float = 0.2
 
 
+PRESETS = {}
+
+
+def preset(env_id: str, **overrides) -> Config:
+    """A Config with settings tuned for ``env_id`` (the defaults where none are known)."""
+    return Config(env_id=env_id, **{**PRESETS.get(env_id, {}), **overrides})
+
+
 __all__ = [  # the algorithm contract: DDPG's functions with this Config
     "Config",
     "LEARNER_METRICS",
+    "PRESETS",
+    "preset",
     "State",
     "act",
     "actor_loss",

@@ -1,0 +1,267 @@
+"""The learning table: each algorithm's preset (``algo.preset(env_id)``, what
+``python -m jaxrl train ALGO --env ENV`` uses) on gymnax tasks, several seeds, beside
+the published reference return for the task.
+
+    python benchmarks/learning_table.py --quick                      # the QUICK rows: minutes
+    python benchmarks/learning_table.py                              # every row: hours on 2 cores
+    python benchmarks/learning_table.py ppo dqn --envs MountainCar-v0 --seeds 8 --markdown table.md
+
+Per row, in a fresh process (JAX's persistent compilation cache off): ``jax.jit`` of
+``jax.vmap(train)`` over ``--seeds`` keys at the row's budget, evaluating the
+deterministic policy on ``EVAL_EPISODES`` episodes at ``EVALS`` points of the run.
+
+Columns: final return = the last evaluation of each seed, summarised as the IQM (the
+mean of the middle half of the seeds) with a 95% percentile-bootstrap interval over
+seeds (``BOOTSTRAP`` resamples); reached = the seeds whose final return reaches the
+reference; steps to ref = the median, over the seeds that got there, of the env steps
+at the first evaluation at or above the reference; wall = compile + run of all seeds
+together on this machine (seeds run in one vmapped program, so this is not seeds x one
+seed's time).
+
+References (``REFERENCES``): the returns of gymnax-blines' trained PPO / OpenAI-ES
+agents, as the gymnax README lists them, with the step budget of gymnax-blines' PPO
+config for the task (``agents/<env>/ppo.yaml``, ``num_train_steps``). A row's budget is
+its own (``Row.budget``); where it differs from the reference's, both are shown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _harness import add_common_arguments, fmt, measure_and_emit, measure_in_child, measure_plan, report  # noqa: E402
+
+EVALS, EVAL_EPISODES, BOOTSTRAP = 20, 32, 10_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """A published return for a task: ``value`` after ``budget`` env steps, per ``source``."""
+
+    value: float
+    budget: int
+    source: str
+
+
+BLINES = "gymnax-blines PPO"
+BLINES_ES = "gymnax-blines PPO/ES"
+REFERENCES = {
+    "CartPole-v1": Reference(500.0, 150_000, BLINES_ES),
+    "Acrobot-v1": Reference(-80.0, 500_000, BLINES_ES),
+    "MountainCar-v0": Reference(-118.0, 250_000, BLINES_ES),
+    "Pendulum-v1": Reference(-130.0, 1_000_000, BLINES_ES),
+    "MountainCarContinuous-v0": Reference(92.0, 1_000_000, BLINES_ES),
+    "Catch-bsuite": Reference(1.0, 100_000, BLINES_ES),
+    "DeepSea-bsuite": Reference(0.0, 150_000, BLINES_ES),
+    "MemoryChain-bsuite": Reference(0.1, 150_000, BLINES_ES),
+    "UmbrellaChain-bsuite": Reference(1.0, 150_000, BLINES_ES),
+    "DiscountingChain-bsuite": Reference(1.1, 150_000, BLINES_ES),
+    "Asterix-MinAtar": Reference(15.0, 10_000_000, BLINES),
+    "Breakout-MinAtar": Reference(28.0, 10_000_000, BLINES),
+    "Freeway-MinAtar": Reference(58.0, 10_000_000, BLINES),
+    "SpaceInvaders-MinAtar": Reference(131.0, 10_000_000, BLINES),
+}
+# Asterix, Breakout, Freeway and SpaceInvaders are the MinAtar games gymnax-blines
+# trained; gymnax's Seaquest-MinAtar has no reference there.
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    algorithm: str
+    env_id: str
+    budget: int  # env steps per seed
+    quick: bool = False  # in --quick
+
+
+DISCRETE = ("ppo", "a2c", "dqn")
+CONTINUOUS = ("ppo", "sac", "td3")
+ROWS = (
+    Row("reinforce", "CartPole-v1", 200_000, quick=True),
+    *(Row(a, "CartPole-v1", 150_000) for a in ("ppo", "a2c", "dqn")),
+    *(Row(a, "Acrobot-v1", 500_000) for a in DISCRETE),
+    Row("ppo", "MountainCar-v0", 250_000, quick=True),
+    Row("dqn", "MountainCar-v0", 250_000, quick=True),
+    Row("a2c", "MountainCar-v0", 250_000),
+    *(Row(a, "Pendulum-v1", 300_000 if a == "ppo" else 50_000) for a in CONTINUOUS),
+    *(Row(a, "MountainCarContinuous-v0", 1_000_000 if a == "ppo" else 100_000, quick=True) for a in CONTINUOUS),
+    *(
+        Row(a, env_id, 150_000)
+        for env_id in ("Catch-bsuite", "DeepSea-bsuite", "UmbrellaChain-bsuite", "DiscountingChain-bsuite")
+        for a in DISCRETE
+    ),
+    *(
+        Row(a, f"{game}-MinAtar", 10_000_000)
+        for game in ("Asterix", "Breakout", "Freeway", "SpaceInvaders")
+        for a in ("ppo", "dqn")
+    ),
+)
+
+
+def row_name(row: Row) -> str:
+    return f"{row.algorithm} {row.env_id}"
+
+
+# ============================================================================ child
+
+
+def config_for(row: Row):
+    """The row's Config: the algorithm's preset for the env at the row's budget, with the
+    table's evaluations and no progress reports."""
+    module = importlib.import_module(f"jaxrl.algorithms.{row.algorithm}")
+    return module, module.preset(
+        row.env_id, total_timesteps=row.budget, num_evals=EVALS, eval_episodes=EVAL_EPISODES, num_reports=0
+    )
+
+
+def measure_row(jax, row: Row, seeds: int, seed: int) -> dict:
+    import numpy as np
+    from _harness import phase
+
+    module, config = config_for(row)
+    keys = jax.random.split(jax.random.key(seed), seeds)
+    phase("compiling")
+    start = time.perf_counter()
+    train = jax.jit(jax.vmap(module.train, in_axes=(0, None))).lower(keys, config).compile()
+    compile_s = time.perf_counter() - start
+    phase("training")
+    start = time.perf_counter()
+    out = jax.block_until_ready(train(keys, config))
+    run_s = time.perf_counter() - start
+    evals = np.asarray(jax.device_get(out.metrics["eval_return"]))  # [seeds, iterations]
+    steps = np.asarray(jax.device_get(out.metrics["timesteps"]))
+    points = ~np.isnan(evals[0])
+    return dict(
+        compile_s=compile_s,
+        run_s=run_s,
+        eval_returns=evals[:, points].tolist(),
+        eval_steps=steps[0, points].tolist(),
+        settings={f.name: repr(getattr(config, f.name)) for f in dataclasses.fields(config)},
+    )
+
+
+# ============================================================================ statistics
+
+
+def iqm(values) -> float:
+    """The interquartile mean: the mean of the middle half (a quarter trimmed off each
+    end, fractionally where the count is not a multiple of 4; Agarwal et al., 2021)."""
+    import numpy as np
+    from scipy import stats
+
+    return float(stats.trim_mean(np.asarray(values, float), 0.25))
+
+
+def bootstrap_ci(values, rng, resamples: int = BOOTSTRAP) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of the IQM over seeds."""
+    import numpy as np
+    from scipy import stats
+
+    values = np.asarray(values, float)
+    samples = values[rng.integers(0, len(values), (resamples, len(values)))]
+    means = stats.trim_mean(samples, 0.25, axis=1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def summarise(result: dict, row: Row, rng) -> dict:
+    """IQM, interval, seeds at the reference and steps to it, from a child's result."""
+    import numpy as np
+
+    reference = REFERENCES[row.env_id].value
+    evals = np.asarray(result["eval_returns"])  # [seeds, points]
+    final = evals[:, -1]
+    reached_at = [
+        result["eval_steps"][int(np.argmax(seed >= reference))] for seed in evals if (seed >= reference).any()
+    ]
+    return dict(
+        iqm=iqm(final),
+        ci=bootstrap_ci(final, rng),
+        reached=int(np.sum(final >= reference)),
+        steps_to_reference=float(np.median(reached_at)) if reached_at else None,
+    )
+
+
+# ============================================================================ parent
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("algos", nargs="*", help="algorithms to run (default: all)")
+    parser.add_argument("--envs", nargs="*", help="env ids to run (default: all)")
+    parser.add_argument("--quick", action="store_true", help="only the rows marked quick")
+    parser.add_argument("--seeds", type=int, default=4, help="seeds per row (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="base PRNG seed (default: %(default)s)")
+    add_common_arguments(parser, ("ALGO", "ENV", "BUDGET", "SEEDS", "SEED"), runs=False, timeout=6 * 3600)
+    args = parser.parse_args(argv)
+    if args.one:
+        algorithm, env_id, budget, seeds, seed = args.one
+        row = Row(algorithm, env_id, int(budget))
+        result = dict(algorithm=algorithm, env_id=env_id, budget=int(budget), seeds=int(seeds))
+        measure_and_emit(result, lambda jax: measure_row(jax, row, int(seeds), int(seed)))
+        return 0
+
+    rows = [
+        r
+        for r in ROWS
+        if (not args.quick or r.quick)
+        and (not args.algos or r.algorithm in args.algos)
+        and (not args.envs or r.env_id in args.envs)
+    ]
+    if not rows:
+        parser.error("no row matches")
+
+    def measure(row):
+        key = dict(algorithm=row.algorithm, env_id=row.env_id, budget=row.budget, seeds=args.seeds, seed=args.seed)
+        return measure_in_child(__file__, key, args)
+
+    import numpy as np
+
+    results = measure_plan(rows, measure, row_name)
+    rng = np.random.default_rng(0)
+    headers = ["algorithm", "env", "budget", "final return: IQM [95% CI]", "reached", "steps to ref", "reference",
+               "wall s"]  # fmt: skip
+    table = []
+    for row, result in zip(rows, results):
+        ref = REFERENCES[row.env_id]
+        reference = f"{ref.value:g} at {ref.budget:,} ({ref.source})"
+        if "error" in result:
+            table.append([row.algorithm, row.env_id, f"{row.budget:,}", result["error"][:80], "-", "-", reference, "-"])
+            continue
+        s = summarise(result, row, rng)
+        result["summary"] = s
+        table.append(
+            [
+                row.algorithm,
+                row.env_id,
+                f"{row.budget:,}",
+                f"{s['iqm']:.1f} [{s['ci'][0]:.1f}, {s['ci'][1]:.1f}]",
+                f"{s['reached']}/{args.seeds}",
+                fmt(s["steps_to_reference"], ",.0f"),
+                reference,
+                f"{result['compile_s'] + result['run_s']:.0f}",
+            ]
+        )
+    notes = [
+        f"{args.seeds} seeds per row, vmapped in one program; deterministic evaluation on {EVAL_EPISODES} episodes at "
+        f"{EVALS} points of each run; the final return is the last evaluation.",
+        "Settings: each algorithm's preset(env_id) with the row's budget (printed in the raw results).",
+    ]
+    report(
+        f"Learning table ({'--quick rows' if args.quick else 'selected rows'})",
+        headers,
+        table,
+        notes,
+        results,
+        args.markdown,
+        left=(0, 1, 6),
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
