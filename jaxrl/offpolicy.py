@@ -88,9 +88,34 @@ def polyak(target, online, tau):
 
 
 def make_env(config):
-    """The config's env, reporting episode statistics, and its params."""
+    """The config's env, reporting episode statistics, and its params; with
+    ``multi_agent`` the :class:`jaxrl.envs.multiagent.AgentBatch` view, which reports
+    each agent's episode statistics itself."""
     env, env_params = envs.make_config_env(config)
-    return envs.EpisodeStatistics(env), env_params
+    return (env if getattr(config, "multi_agent", False) else envs.EpisodeStatistics(env)), env_params
+
+
+def num_agents(config) -> int:
+    """Agents per env: the :class:`jaxrl.envs.multiagent.AgentBatch` view's with
+    ``multi_agent`` (1 otherwise)."""
+    return envs.make_config_env(config)[0].num_agents if getattr(config, "multi_agent", False) else 1
+
+
+def replay_lanes(tree, config, axis: int = 0):
+    """A batch of env lanes as replay lanes: unchanged, or with ``multi_agent`` (leaves
+    ``[..., N, A, ...]``, the env axis at ``axis``) each env's agents as consecutive lanes
+    ``n * A + a`` (leaves ``[..., N * A, ...]``), so that every per-lane buffer function
+    (n-step windows, priorities, valid weights) follows one agent's stream."""
+    if not getattr(config, "multi_agent", False):
+        return tree
+    return jax.tree.map(lambda x: x.reshape(x.shape[:axis] + (-1,) + x.shape[axis + 2 :]), tree)
+
+
+def sibling_lanes(index: replay.Index, num_agents: int) -> replay.Index:
+    """Every agent's lane of the env steps at ``index`` (lanes of :func:`replay_lanes`):
+    ``row`` and ``lane`` ``[B] -> [B, A]``, lane ``(lane // A) * A + a``."""
+    lane = (index.lane // num_agents * num_agents)[:, None] + jnp.arange(num_agents)
+    return replay.Index(jnp.broadcast_to(index.row[:, None], lane.shape), lane)
 
 
 def example_transition(obs, action) -> dict:
@@ -110,12 +135,15 @@ def example_transition(obs, action) -> dict:
 def init_buffer(obs, action, config, use_priorities: bool = False):
     """An empty replay buffer of ``config.buffer_size`` transitions shaped like ``obs``
     and ``action`` (batched over ``config.num_envs``), with a ``valid`` flag per
-    transition where the env pads its episodes (:attr:`jaxrl.envs.EnvSpec.padding_steps`)."""
+    transition where the env pads its episodes (:attr:`jaxrl.envs.EnvSpec.padding_steps`).
+    With ``multi_agent`` (``obs`` and ``action`` ``[N, A, ...]``) its lanes are the
+    ``N * A`` agents (:func:`replay_lanes`) and ``buffer_size`` counts agent-transitions."""
     buffers = prioritized if use_priorities else replay
+    obs, action = replay_lanes((obs, action), config)
     example = example_transition(obs, action)
     if envs.config_spec(config).padding_steps:
         example["valid"] = jnp.zeros((), bool)
-    return buffers.init(example, config.buffer_size, config.num_envs)
+    return buffers.init(example, config.buffer_size, action.shape[0])
 
 
 def init_sequence_buffer(obs, action, carry, config):
@@ -232,6 +260,7 @@ def _collect_and_store(state, policy: Callable, key: jax.Array, config, carry):
     }
     if envs.config_spec(config).padding_steps:  # as init_buffer decided
         transitions["valid"] = trajectory.valid
+    transitions = replay_lanes(transitions, config, axis=1)  # [T, N, A, ...] -> [T, N * A, ...]
     if store_carry:
         buffers = sequence
     else:
@@ -247,22 +276,29 @@ def _collect_and_store(state, policy: Callable, key: jax.Array, config, carry):
     return state, metrics, carry
 
 
-def sample(buffer, key: jax.Array, config, beta: jax.Array | None = None) -> dict:
+def sample(buffer, key: jax.Array, config, beta: jax.Array | None = None, team: bool = False) -> dict:
     """A batch of ``config.batch_size`` ``config.n_step``-step transitions, leaves
     ``[B, ...]``: those of :func:`jaxrl.buffers.replay.n_step` (``reward`` summed,
     ``discount = gamma ** m``, the last step's ``next_obs`` / ``terminated``) plus
     ``weight`` (importance-sampling weights with exponent ``beta`` from a prioritized
     buffer, ones from a uniform one; 0 where ``valid`` is stored and False) and
-    ``index`` (where the batch came from)."""
+    ``index`` (where the batch came from).
+
+    With ``team`` (lanes of :func:`replay_lanes`), each sampled lane brings every agent's
+    lane of its env step (:func:`sibling_lanes`): leaves and ``index`` ``[B, A, ...]``,
+    one n-step window per agent, and ``weight [B]`` the sampled lane's, 0 where no
+    agent's step is valid."""
     if isinstance(buffer, prioritized.PrioritizedState):
         index, weight = prioritized.sample_index(buffer, key, config.batch_size, beta)
         buffer = buffer.replay
     else:
         index = replay.sample_index(buffer, key, config.batch_size)
         weight = jnp.ones(config.batch_size, jnp.float32)
+    if team:
+        index = sibling_lanes(index, buffer.num_envs // config.num_envs)
     batch = replay.n_step(buffer, index, config.n_step, config.gamma)
     if "valid" in batch:  # an env's padding step is no transition: weight 0
-        weight = weight * batch["valid"]
+        weight = weight * (jnp.any(batch["valid"], axis=-1) if team else batch["valid"])
     batch.update(weight=weight, index=index)
     return batch
 
