@@ -43,7 +43,7 @@ def tiny_config(name: str):
         return module.Config(num_steps=8, **TINY)
     if name == "reinforce":
         return module.Config(env_kwargs={"max_steps_in_episode": 16}, **TINY)
-    if name == "dqn":
+    if name in ("dqn", "iql", "vdn"):  # iql, vdn: MultiAgentClimbing-v0
         return module.Config(**OFF_POLICY)
     if name == "alphazero":
         return module.Config(

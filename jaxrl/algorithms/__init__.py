@@ -22,6 +22,8 @@ ALGORITHMS = (
     "alphazero",
     "ippo",
     "mappo",
+    "iql",
+    "vdn",
 )
 
 

@@ -18,7 +18,16 @@ stored with every step in a prioritized sequence replay (:mod:`jaxrl.buffers.seq
 and a learner that re-runs the online and target networks over each sampled window of
 ``sequence_length`` steps from its stored memory, warming it up over the first
 ``burn_in`` steps, with n-step double-Q targets, optionally value-rescaled.
-``r2d2(env_id)`` is that preset. ::
+``r2d2(env_id)`` is that preset.
+
+``multi_agent=True`` trains the agents of a multi-agent env (:class:`jaxrl.envs.multiagent.AgentBatch`:
+agents as a batch axis) with one shared Q-network told each agent's one-hot id.
+Replay lanes are then agents: each env step's ``[N, A]`` agent-transitions are stored
+as ``N * A`` lanes (lane ``n * A + a``). ``mixer="none"`` is independent Q-learning
+(IQL: every agent a DQN on its own reward, :mod:`jaxrl.algorithms.iql`);
+``mixer="vdn"`` is value decomposition (VDN, Sunehag et al., 2018,
+:mod:`jaxrl.algorithms.vdn`): the loss samples whole env steps (every agent's lane)
+and trains ``Q_tot = sum_a Q_a`` toward the team's target. ::
 
     config = dqn.Config(env_id="CartPole-v1")
     out = jax.jit(dqn.train)(jax.random.key(0), config)
@@ -28,6 +37,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -42,6 +52,7 @@ from jaxrl.networks import QNetwork
 from jaxrl.types import TrainOutput
 
 LEARNER_METRICS = ("loss", "q_mean", "td_abs")
+MIXERS = ("none", "vdn")  # how a multi-agent config combines the agents' values
 
 
 @struct.dataclass
@@ -58,6 +69,10 @@ class Config(offpolicy.ReplaySchedule):
     ``sequence_length`` steps starting every ``sequence_period`` steps of each env,
     ``batch_size`` counts windows, and the loss trains the steps after the first
     ``burn_in`` whose ``n_step`` targets lie inside the window.
+
+    With ``multi_agent`` replay holds agent-transitions: ``buffer_size`` counts them
+    (``num_envs * A`` lanes), ``batch_size`` counts agent-transitions (IQL) or env steps
+    of every agent (VDN), and ``learning_starts`` / ``total_timesteps`` count env steps.
     """
 
     # --- static: environment and program structure
@@ -90,6 +105,9 @@ class Config(offpolicy.ReplaySchedule):
     burn_in: int = static(5)  # leading steps of a window that only warm up the memory
     sequence_period: int = static(10)  # steps between the starts of a lane's windows
     value_rescale: bool = static(False)  # learn h(Q) with R2D2's invertible rescaling h
+    # --- static: several agents (IQL / VDN; see jaxrl.envs.multiagent.AgentBatch)
+    multi_agent: bool = static(False)  # a multi-agent env's agents as a batch axis, one replay lane each
+    mixer: str = static("none")  # with multi_agent: "none" (IQL) or "vdn" (Q_tot = sum of the agents' Q)
     anneal_lr: bool = static(False)  # linearly to 0 over the updates
     num_evals: int = static(10)
     eval_episodes: int = static(10)
@@ -120,7 +138,8 @@ class Config(offpolicy.ReplaySchedule):
         require_int(self, "target_update_period", 1)
         require_int(self, "num_atoms", 2)
         require_choice(self, "loss", ("huber", "mse"))
-        spec = env_spec(self)
+        self.check_agents()
+        spec = env_spec(self)  # with multi_agent, AgentBatch refuses a single-agent env
         envs.refuse_multi_discrete(spec, self.env_id, "dqn")
         if not spec.discrete:
             raise ValueError(
@@ -129,6 +148,40 @@ class Config(offpolicy.ReplaySchedule):
             )
         require_network(self, spec.obs_ndim)
         self.check_memory()
+        agent_steps = self.iteration_steps * offpolicy.num_agents(self)
+        if self.multi_agent and self.buffer_size < agent_steps:
+            raise ValueError(
+                f"buffer_size ({self.buffer_size}) counts agent-transitions with multi_agent=True and must hold "
+                f"one iteration's num_envs * num_steps * agents = {agent_steps}"
+            )
+
+    def check_agents(self) -> None:
+        """ValueErrors for multi-agent settings that cannot work (before the env is made)."""
+        require_choice(self, "multi_agent", (True, False))
+        require_choice(self, "mixer", MIXERS)
+        if not self.multi_agent:
+            if self.mixer != "none":
+                raise ValueError(f"mixer={self.mixer!r} mixes several agents' values: it needs multi_agent=True")
+            return
+        if self.memory != "none":
+            raise ValueError(
+                f"memory={self.memory!r} is not supported with multi_agent=True (R2D2's sequence replay "
+                "is not laid out in agent lanes)"
+            )
+        if self.mixer == "vdn" and self.distributional:
+            raise ValueError(
+                "mixer='vdn' does not support distributional=True: a sum of the agents' categorical (C51) "
+                "distributions is no categorical distribution on C51's support"
+            )
+        if self.mixer == "vdn" and self.value_rescale:
+            raise ValueError("mixer='vdn' does not support value_rescale=True: a sum of h(Q_a) is not h(Q_tot)")
+
+    @property
+    def agent_view(self) -> tuple | None:
+        """How :func:`jaxrl.envs.make_config_env` views a multi-agent env: ``(agent_id,
+        global_state)`` for :class:`jaxrl.envs.multiagent.AgentBatch` (one shared network
+        told each agent's one-hot id); None for one agent."""
+        return (True, False) if self.multi_agent else None
 
     def check_memory(self) -> None:
         """ValueErrors for recurrent settings that cannot work."""
@@ -197,7 +250,7 @@ class State:
     opt_state: Any
     buffer: Any  # replay.ReplayState, prioritized.PrioritizedState or (memory) sequence.SequenceState
     env_state: Any  # batched env state [num_envs]
-    obs: Any  # [num_envs, *obs_shape]
+    obs: Any  # [num_envs, *obs_shape] ([num_envs, A, *obs_shape] with multi_agent)
     timesteps: jax.Array  # int32 env steps so far
     updates: jax.Array  # int32 gradient updates so far
     carry: Any = ()  # the actors' memory for ``obs``, leaves [num_envs, ...]; () without memory
@@ -275,7 +328,8 @@ def init(key: jax.Array, config: Config) -> State:
     rngs = {"params": params_key, "noise": noise_key}
     one_obs = jax.tree.map(lambda x: x[:1], obs)
     carry = initial_carry(config, config.num_envs)
-    action = jnp.zeros(config.num_envs, jnp.int32)
+    agents = (offpolicy.num_agents(config),) if config.multi_agent else ()
+    action = jnp.zeros((config.num_envs, *agents), jnp.int32)
     if config.memory == "none":
         network_params = make_network(config).init(rngs, one_obs)
         buffer = offpolicy.init_buffer(obs, action, config, config.prioritized)
@@ -369,10 +423,12 @@ def act(
     """``(action [B], carry)`` for observations ``[B, *obs_shape]`` and the memory
     ``carry`` (:func:`initial_carry`: leaves ``[B, ...]``, ``()`` without memory, which
     is passed through). The caller resets the returned carry where an episode ends.
+    With ``multi_agent``: observations ``[B, A, *obs_shape]``, actions ``[B, A]``, all
+    agents through one network call.
 
-    Greedy in the Q-values; with probability ``epsilon`` (a scalar or one per row) a
-    uniformly random action instead. Noisy nets draw fresh noise unless
-    ``deterministic``, which also turns epsilon off."""
+    Greedy in the Q-values; with probability ``epsilon`` (a scalar or one per row,
+    ``[B]``, shared by a row's agents) a uniformly random action instead. Noisy nets
+    draw fresh noise unless ``deterministic``, which also turns epsilon off."""
     noise_key, explore_key, random_key = jax.random.split(key, 3)
     noise_key = None if deterministic else noise_key
     if config.memory == "none":
@@ -387,6 +443,8 @@ def act(
         random_action = jax.random.categorical(random_key, allowed(jnp.zeros_like(q), obs, config)).astype(jnp.int32)
     else:
         random_action = jax.random.randint(random_key, greedy.shape, 0, q.shape[-1], jnp.int32)
+    epsilon = jnp.asarray(epsilon)
+    epsilon = epsilon.reshape(epsilon.shape + (1,) * (greedy.ndim - epsilon.ndim))  # a row's agents share it
     explore = jax.random.uniform(explore_key, greedy.shape) < epsilon
     return jnp.where(explore, random_action, greedy), carry
 
@@ -409,6 +467,10 @@ def sample(state: State, key: jax.Array, config: Config) -> dict:
     """A batch of :func:`jaxrl.offpolicy.sample`: ``batch_size`` n-step transitions
     with importance-sampling ``weight`` (beta annealed over the run) and ``index``.
 
+    With ``mixer="vdn"``: ``batch_size`` env steps, each with every agent's lane
+    (:func:`jaxrl.offpolicy.sample` with ``team``): leaves ``[B, A, ...]``, ``index``
+    ``[B, A]``, ``weight [B]`` the sampled lane's.
+
     With ``memory``: ``batch_size`` windows of :func:`jaxrl.buffers.sequence.sample`,
     the transition fields with leaves ``[B, L, ...]`` except ``carry``, the memory
     entering each window's first step (leaves ``[B, ...]``), plus ``weight [B]`` and
@@ -416,17 +478,67 @@ def sample(state: State, key: jax.Array, config: Config) -> dict:
     progress = jnp.clip(state.timesteps / config.total_timesteps, 0.0, 1.0)
     beta = config.per_beta_start + progress * (config.per_beta_end - config.per_beta_start)
     if config.memory == "none":
-        return offpolicy.sample(state.buffer, key, config, beta)
+        return offpolicy.sample(state.buffer, key, config, beta, team=config.mixer == "vdn")
     batch = sequence.sample(state.buffer, key, config.batch_size, beta)
     return {**batch.data, "carry": batch.carry, "weight": batch.weights, "index": batch.index}
 
 
-def loss_fn(network_params, target_params, batch: dict, key: jax.Array, config: Config):
-    """Weighted TD loss on a batch from :func:`sample`.
+def at_action(out: jax.Array, action: jax.Array, config: Config) -> jax.Array:
+    """The entries of ``action [...]`` in the network's ``out``: Q-values ``[...,
+    n_actions] -> [...]``, C51 logits ``[..., n_actions, K] -> [..., K]``."""
+    if config.distributional:
+        return jnp.take_along_axis(out, action[..., None, None], axis=-2)[..., 0, :]
+    return jnp.take_along_axis(out, action[..., None], axis=-1)[..., 0]
 
-    Noisy nets take one noise sample for the online network, at ``s`` and at ``s'``
-    (where double Q-learning picks the next action with it), and an independent one for
-    the target network, as in Hessel et al.'s Rainbow, both drawn from ``key``.
+
+def taken_and_next(network_params, target_params, batch: dict, key: jax.Array, config: Config):
+    """``(out, next_out)`` on a batch from :func:`sample` (leaves ``[B, ...]``, or ``[B,
+    A, ...]`` with ``mixer="vdn"``): the online network's output (Q-value; C51: logits
+    ``[..., K]``) at each taken action, and the target network's at each next
+    observation's action, which the online network picks with ``double`` (the target
+    network otherwise), never a masked one; ``next_out``'s gradient is stopped.
+
+    Noisy nets take one noise sample for the online network, at ``s`` and at ``s'``,
+    and an independent one for the target network, as in Hessel et al.'s Rainbow, both
+    drawn from ``key``."""
+    online_noise, target_noise = draw_noise(key, config, (2,)) if config.noisy else (None, None)
+    out = at_action(_network_out(network_params, batch["obs"], online_noise, config), batch["action"], config)
+    next_target = _network_out(target_params, batch["next_obs"], target_noise, config)
+    if config.double:  # the online network picks the next action, the target evaluates it
+        chooser = _network_out(network_params, batch["next_obs"], online_noise, config)
+    else:
+        chooser = next_target
+    next_action = jnp.argmax(allowed(_q_values(chooser, config), batch["next_obs"], config), axis=-1)
+    return out, jax.lax.stop_gradient(at_action(next_target, next_action, config))
+
+
+def vdn_values(q_taken, next_q, reward, discount, weight):
+    """VDN's team value and its target (Sunehag et al., 2018, arXiv:1706.05296).
+
+    Args:
+      q_taken: ``[B, A]`` each agent's online ``Q_a(o_a, u_a)``.
+      next_q: ``[B, A]`` each agent's bootstrap value ``Q_target,a(o'_a, a*_a)``.
+      reward: ``[B, A]`` each agent's (n-step) reward.
+      discount: ``[B, A]`` each agent's ``gamma^m (1 - terminated_a)``.
+      weight: ``[B, A]`` 1 for an agent's transition, 0 for a padding step (an agent
+        that had left the episode).
+    Returns ``(q_tot [B], target [B])``: ``q_tot = sum_a weight_a Q_a`` and ``target =
+    sum_a (r_a / A + discount_a next_q_a)``. The team's reward is the mean of the
+    agents' (the shared reward itself in a cooperative task); each agent bootstraps
+    from its own next observation and stops at its own termination.
+    """
+    chex.assert_rank(q_taken, 2)
+    chex.assert_equal_shape([q_taken, next_q, reward, discount, weight])
+    q_tot = jnp.sum(weight * q_taken, axis=-1)
+    target = jnp.sum(reward / q_taken.shape[-1] + discount * next_q, axis=-1)
+    return q_tot, target
+
+
+def loss_fn(network_params, target_params, batch: dict, key: jax.Array, config: Config):
+    """Weighted TD loss on a batch from :func:`sample`: the output of
+    :func:`taken_and_next` against ``reward + discount * (1 - terminated) * next_out``
+    (C51: the projected distribution). With ``mixer="vdn"`` the TD error is the team's,
+    of :func:`vdn_values`, and the metric ``q_mean`` is ``Q_tot``'s mean.
 
     Returns ``(loss, (metrics, priority_error [B]))``; ``priority_error`` is the TD
     error (C51: the KL divergence from the projected target; with ``memory``, each
@@ -435,16 +547,7 @@ def loss_fn(network_params, target_params, batch: dict, key: jax.Array, config: 
     """
     if config.memory != "none":
         return sequence_loss_fn(network_params, target_params, batch, key, config)
-    online_noise, target_noise = draw_noise(key, config, (2,)) if config.noisy else (None, None)
-    rows = jnp.arange(config.batch_size)
-    out = _network_out(network_params, batch["obs"], online_noise, config)[rows, batch["action"]]
-    next_target = _network_out(target_params, batch["next_obs"], target_noise, config)
-    if config.double:  # the online network picks the next action, the target evaluates it
-        next_online = _network_out(network_params, batch["next_obs"], online_noise, config)
-        next_action = jnp.argmax(allowed(_q_values(next_online, config), batch["next_obs"], config), axis=-1)
-    else:
-        next_action = jnp.argmax(allowed(_q_values(next_target, config), batch["next_obs"], config), axis=-1)
-    next_out = jax.lax.stop_gradient(next_target[rows, next_action])
+    out, next_out = taken_and_next(network_params, target_params, batch, key, config)
     discount = batch["discount"] * (1.0 - batch["terminated"].astype(jnp.float32))
 
     if config.distributional:
@@ -455,7 +558,10 @@ def loss_fn(network_params, target_params, batch: dict, key: jax.Array, config: 
         q_taken = jnp.sum(jnp.exp(log_probs) * support(config), axis=-1)
     else:
         q_taken = out
-        if config.value_rescale:  # the network learns h(Q): unrescale, back up, rescale
+        if config.mixer == "vdn":
+            agent_weight = batch["valid"].astype(jnp.float32) if "valid" in batch else jnp.ones_like(out)
+            q_taken, target = vdn_values(out, next_out, batch["reward"], discount, agent_weight)
+        elif config.value_rescale:  # the network learns h(Q): unrescale, back up, rescale
             next_value = returns.value_unrescale(next_out, config.rescale_eps)
             target = returns.value_rescale(batch["reward"] + discount * next_value, config.rescale_eps)
         else:
@@ -600,10 +706,18 @@ def update(state: State, batch: dict, key: jax.Array, config: Config):
     refresh = num_updates % config.target_update_period == 0
     target_params = offpolicy.polyak(state.target_params, network_params, jnp.where(refresh, config.tau, 0.0))
     buffer = state.buffer
-    if "valid" in batch:  # an env's padding steps get the least priority
-        priority_error = priority_error * batch["valid"]
+    index = batch["index"]
+    if "valid" in batch:  # an env's padding steps get the least priority (VDN: steps no agent acted in)
+        valid = jnp.any(batch["valid"], axis=-1) if config.mixer == "vdn" else batch["valid"]
+        priority_error = priority_error * valid
+    # VDN: every agent's lane of the sampled env step gets the team's error, so a step is
+    # drawn A times as often as one lane, which the sampled lane's importance weight
+    # (computed against A times as many lanes as steps) corrects exactly.
+    if config.mixer == "vdn":
+        priority_error = jnp.broadcast_to(priority_error[:, None], index.lane.shape).reshape(-1)
+        index = jax.tree.map(jnp.ravel, index)
     if config.prioritized and config.memory == "none":
-        buffer = prioritized.update_priorities(buffer, batch["index"], priority_error, config.per_alpha, config.per_eps)
+        buffer = prioritized.update_priorities(buffer, index, priority_error, config.per_alpha, config.per_eps)
     elif config.prioritized:  # without, every window keeps the first max priority: uniform replay
         buffer = sequence.update_priorities(buffer, batch["index"], priority_error, config.per_alpha, config.per_eps)
     state = state.replace(
