@@ -95,12 +95,6 @@ def make_env(config):
     return (env if getattr(config, "multi_agent", False) else envs.EpisodeStatistics(env)), env_params
 
 
-def num_agents(config) -> int:
-    """Agents per env: the :class:`jaxrl.envs.multiagent.AgentBatch` view's with
-    ``multi_agent`` (1 otherwise)."""
-    return envs.make_config_env(config)[0].num_agents if getattr(config, "multi_agent", False) else 1
-
-
 def replay_lanes(tree, config, axis: int = 0):
     """A batch of env lanes as replay lanes: unchanged, or with ``multi_agent`` (leaves
     ``[..., N, A, ...]``, the env axis at ``axis``) each env's agents as consecutive lanes
@@ -229,11 +223,11 @@ def collect(state, policy: Callable, key: jax.Array, config):
 
 
 def collect_recurrent(state, policy: Callable, key: jax.Array, config):
-    """:func:`collect` for a policy with memory, ``policy(obs [N, ...], carry, key) ->
-    (action [N, ...], carry)``, into a :mod:`jaxrl.buffers.sequence` replay: ``state``
-    also has the field ``carry`` (leaves ``[N, ...]``), stored with each step as the
-    transition field ``carry`` (the memory entering the step) and reset where an
-    episode ended. Returns ``(state, metrics)`` like :func:`collect`."""
+    """:func:`collect` for a policy with a state, ``policy(obs [N, ...], carry, key) ->
+    (action [N, ...], carry)``: ``state`` also has the field ``carry`` (leaves ``[N,
+    ...]``: a memory, exploration noise), reset where an episode ended and, into a
+    :mod:`jaxrl.buffers.sequence` replay, stored with each step as the transition field
+    ``carry`` (the one entering the step). Returns ``(state, metrics)`` like :func:`collect`."""
     state, metrics, carry = _collect_and_store(state, policy, key, config, state.carry)
     return state.replace(carry=carry), metrics
 
@@ -321,12 +315,16 @@ def run_updates(state, one_update: Callable, key: jax.Array, num_updates: int):
 
 def step(state, key: jax.Array, config, act: Callable, learn: Callable):
     """One iteration of an actor-critic: ``config.num_steps`` steps of
-    ``act(state.params, obs, (), key, config)`` in every env, stored in replay (:func:`collect`),
-    then ``config.num_updates`` of ``learn(state, batch, key, j) -> (state, metrics)`` on
-    batches from :func:`sample` (:func:`run_updates`). Returns ``(state, metrics)``."""
+    ``act(state.params, obs, carry, key, config)`` in every env, stored in replay, the
+    policy's ``state.carry`` (its exploration noise's state, if any) threaded through and
+    reset where episodes end (:func:`collect_recurrent`), then ``config.num_updates`` of
+    ``learn(state, batch, key, j) -> (state, metrics)`` on batches from :func:`sample`
+    (:func:`run_updates`). Returns ``(state, metrics)``."""
     collect_key, update_key = jax.random.split(key)
     params = state.params
-    state, metrics = collect(state, lambda obs, k: act(params, obs, (), k, config)[0], collect_key, config)
+    state, metrics = collect_recurrent(
+        state, lambda obs, carry, k: act(params, obs, carry, k, config), collect_key, config
+    )
 
     def one_update(state, key, j):
         sample_key, learn_key = jax.random.split(key)

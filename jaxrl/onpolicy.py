@@ -218,13 +218,8 @@ def init_network(key: jax.Array, config):
     actor_obs, critic_obs = split_observation(spec.zeros((1, 1)), config)  # [T, B, ...]
     init = lambda k: make_network(config).init(k, actor_obs, _core_carry(config, 1), None, critic_obs)  # noqa: E731
     if config.multi_agent and not config.share_parameters:
-        return jax.vmap(init)(jax.random.split(key, num_agents(config)))
+        return jax.vmap(init)(jax.random.split(key, envs.config_num_agents(config)))
     return init(key)
-
-
-def num_agents(config) -> int:
-    """The number of agents of a ``multi_agent`` config's env (1 otherwise)."""
-    return envs.make_config_env(config)[0].num_agents if config.multi_agent else 1
 
 
 def apply_network(network_params, obs, config, carry=(), reset=None):
@@ -267,7 +262,7 @@ def initial_carry(config, batch_size: int):
     carry = _core_carry(config, batch_size)
     if not config.multi_agent:
         return carry
-    agents = num_agents(config)
+    agents = envs.config_num_agents(config)
     return jax.tree.map(lambda c: jnp.zeros((batch_size, agents) + c.shape[1:], c.dtype), carry)
 
 

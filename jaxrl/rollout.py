@@ -85,7 +85,8 @@ def episode_metrics(trajectory: Trajectory) -> dict:
     finished: never a zero placeholder) and ``episodes``, the count. Steps that are no
     transitions (``valid`` False: an env's padding, an agent that has left) end none.
     """
-    done = trajectory.done if trajectory.valid is None else trajectory.done & trajectory.valid
+    valid = getattr(trajectory, "valid", None)  # a Trajectory's, or none (a jaxrl.data.Dataset)
+    done = trajectory.done if valid is None else trajectory.done & valid
     count = jnp.sum(done)
     safe = jnp.maximum(count, 1)
     mean_return = jnp.sum(jnp.where(done, trajectory.episode_return, 0.0)) / safe

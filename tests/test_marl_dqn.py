@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl import offpolicy, runner, sweep_axes
+from jaxrl import envs, runner, sweep_axes
 from jaxrl.algorithms import dqn, iql, vdn
 from jaxrl.buffers import Index, replay, sumtree
 
@@ -304,7 +304,7 @@ def test_registry_and_presets():
     config = vdn.Config()
     assert config.multi_agent and config.mixer == "vdn" and config.agent_view == (True, False)
     assert iql.Config().mixer == "none" and dqn.Config().agent_view is None
-    assert offpolicy.num_agents(config) == A
+    assert envs.config_num_agents(config) == A
 
 
 # ----------------------------------------------------------------------------- learning

@@ -389,8 +389,9 @@ def test_r2d2_learns_memory_chain():
     episode's first step only and the action on its 17th and last step earns +1 if it
     matches, -1 if not, so a memoryless policy scores 0 in expectation. The R2D2
     preset (LSTM of 32 units after one 64-unit layer, windows of 20 steps with 5 of
-    burn-in) for 50k env steps: final greedy evaluation return (mean of 20 episodes)
-    >= 0.9 in at least 3 of 4 vmapped seeds."""
+    burn-in) for 50k env steps, the learning rate annealed to 0 (a constant one lets a
+    solved seed drift off late in the run): final greedy evaluation return (mean of 20
+    episodes) >= 0.9 in at least 3 of 4 vmapped seeds."""
     config = dqn.r2d2(
         "MemoryChain-bsuite",
         env_kwargs={"memory_length": 16},
@@ -401,6 +402,7 @@ def test_r2d2_learns_memory_chain():
         batch_size=32,
         buffer_size=10_000,
         num_updates=2,
+        anneal_lr=True,
         num_evals=5,
         eval_episodes=20,
         num_reports=0,

@@ -33,6 +33,7 @@ targets bootstrapped through truncation from the final observation. ::
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -46,6 +47,7 @@ from jaxrl.config import freeze_mapping, require_choice, require_int, require_ne
 from jaxrl.networks import Actor, ContinuousQ, RecurrentActor, RecurrentContinuousQ, ensemble
 from jaxrl.types import TrainOutput
 
+EXPLORATIONS = ("gaussian", "ou")
 LEARNER_METRICS = ("critic_loss", "actor_loss", "q_mean")
 
 
@@ -93,7 +95,10 @@ class Config(offpolicy.ReplaySchedule):
     learning_rate: float = 1e-3  # actor and critic (Adam)
     gamma: float = 0.99
     tau: float = 0.005  # Polyak rate of the target networks
-    exploration_noise: float = 0.1  # Gaussian std, in units of the half action range
+    exploration: str = static("gaussian")  # "gaussian": independent noise per step; "ou": Ornstein-Uhlenbeck
+    exploration_noise: float = 0.1  # the noise's std (OU: its sigma), in units of the half action range
+    ou_theta: float = 0.15  # OU: the pull toward 0 per unit of time
+    ou_dt: float = 0.01  # OU: the time one env step takes (theta * dt: the noise's decay per step)
     target_noise: float = 0.0  # TD3 target smoothing std (same units); 0 is DDPG
     target_noise_clip: float = 0.5
 
@@ -107,6 +112,7 @@ class Config(offpolicy.ReplaySchedule):
                 f"num_updates ({self.num_updates}) must be a multiple of policy_delay ({self.policy_delay}), "
                 "so every iteration runs whole actor-update periods"
             )
+        require_choice(self, "exploration", EXPLORATIONS)
         spec = offpolicy.require_box_actions(self, self.ALGORITHM)
         require_network(self, spec.obs_ndim)
         require_choice(self, "memory", networks.MEMORY_KINDS)
@@ -187,6 +193,8 @@ def _check_traced(config: Config) -> None:
     require_range(config, "learning_rate", 0.0, float("inf"), low_open=True)
     require_range(config, "gamma", 0.0, 1.0)
     require_range(config, "tau", 0.0, 1.0, low_open=True)
+    for field in ("ou_theta", "ou_dt"):
+        require_range(config, field, 0.0, float("inf"), low_open=True)
     for field in ("exploration_noise", "target_noise", "target_noise_clip"):
         require_range(config, field, 0.0, float("inf"))
 
@@ -229,13 +237,35 @@ def init(key: jax.Array, config: Config) -> State:
 # ----------------------------------------------------------------------------- acting
 
 
-initial_carry = offpolicy.initial_carry  # {"actor", "critic"} memories, () without memory
+def initial_carry(config: Config, batch_size: int):
+    """The policy's state before an episode, for ``batch_size`` envs: with ``memory`` the
+    ``{"actor", "critic"}`` memories (:func:`jaxrl.offpolicy.initial_carry`), with
+    ``exploration="ou"`` the Ornstein-Uhlenbeck noise ``"noise"`` (zeros ``[batch_size,
+    action_dim]``), so that the rollout resets both where an episode ends; ``()`` without
+    either."""
+    carry = offpolicy.initial_carry(config, batch_size)
+    if config.exploration != "ou":
+        return carry
+    noise = jnp.zeros((batch_size, math.prod(env_spec(config).action_shape)), jnp.float32)
+    return {**carry, "noise": noise} if carry else {"noise": noise}
+
+
+def ou_noise(noise: jax.Array, key: jax.Array, config: Config) -> jax.Array:
+    """One Euler step of the Ornstein-Uhlenbeck process (Uhlenbeck & Ornstein, 1930) that
+    DDPG explores with (Lillicrap et al., 2016): ``noise [B, d] - theta * noise * dt +
+    sigma * sqrt(dt) * eps``, ``eps ~ N(0, 1)`` drawn from ``key``, sigma =
+    ``exploration_noise``. Its steps are correlated over about ``1 / (theta * dt)`` steps,
+    so the actions push one way long enough to explore (MountainCarContinuous)."""
+    eps = jax.random.normal(key, noise.shape)
+    return noise - config.ou_theta * noise * config.ou_dt + config.exploration_noise * jnp.sqrt(config.ou_dt) * eps
 
 
 def act(params: dict, obs: jax.Array, carry, key: jax.Array, config: Config, deterministic: bool = False):
     """``(action [B, *action_shape], carry)`` for observations ``[B, *obs_shape]``: the
-    actor's, plus clipped Gaussian exploration noise unless ``deterministic``. Without
-    memory ``carry`` (:func:`initial_carry`: ``()``) is passed through.
+    actor's, plus exploration noise unless ``deterministic`` (Gaussian, or the next step of
+    the Ornstein-Uhlenbeck noise in ``carry["noise"]``, :func:`ou_noise`), clipped to the
+    bounds. Without memory or OU noise ``carry`` (:func:`initial_carry`: ``()``) is passed
+    through.
 
     With ``memory``, ``carry`` is :func:`initial_carry`'s dict: ``act`` advances
     ``carry["actor"]`` and passes ``carry["critic"]`` through (training's own collection,
@@ -248,7 +278,12 @@ def act(params: dict, obs: jax.Array, carry, key: jax.Array, config: Config, det
     else:
         unit = make_actor(config).apply(params["actor"], obs)
     if not deterministic:
-        unit = jnp.clip(unit + config.exploration_noise * jax.random.normal(key, unit.shape), -1.0, 1.0)
+        if config.exploration == "ou":
+            carry = {**carry, "noise": ou_noise(carry["noise"], key, config)}
+            noise = carry["noise"]
+        else:
+            noise = config.exploration_noise * jax.random.normal(key, unit.shape)
+        unit = jnp.clip(unit + noise, -1.0, 1.0)
     return spec.from_unit(unit.reshape(unit.shape[:1] + spec.action_shape)), carry
 
 

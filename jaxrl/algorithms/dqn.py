@@ -148,7 +148,7 @@ class Config(offpolicy.ReplaySchedule):
             )
         require_network(self, spec.obs_ndim)
         self.check_memory()
-        agent_steps = self.iteration_steps * offpolicy.num_agents(self)
+        agent_steps = self.iteration_steps * envs.config_num_agents(self)
         if self.multi_agent and self.buffer_size < agent_steps:
             raise ValueError(
                 f"buffer_size ({self.buffer_size}) counts agent-transitions with multi_agent=True and must hold "
@@ -328,7 +328,7 @@ def init(key: jax.Array, config: Config) -> State:
     rngs = {"params": params_key, "noise": noise_key}
     one_obs = jax.tree.map(lambda x: x[:1], obs)
     carry = initial_carry(config, config.num_envs)
-    agents = (offpolicy.num_agents(config),) if config.multi_agent else ()
+    agents = (envs.config_num_agents(config),) if config.multi_agent else ()
     action = jnp.zeros((config.num_envs, *agents), jnp.int32)
     if config.memory == "none":
         network_params = make_network(config).init(rngs, one_obs)

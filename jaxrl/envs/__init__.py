@@ -438,7 +438,16 @@ def make_config_env(config):
     ``env_kwargs`` or, where the config's ``agent_view`` is set (``multi_agent=True``:
     ``(agent_id, global_state)``), the :class:`jaxrl.envs.multiagent.AgentBatch` view of
     that multi-agent env, whose agents are a batch axis."""
-    return _make(config.env_id, config.env_kwargs, getattr(config, "agent_view", None))
+    return _make(config.env_id, config.env_kwargs, _agent_view(config))
+
+
+def config_num_agents(config) -> int:
+    """The agents of a multi-agent config's env (its ``agent_view`` set); 1 otherwise."""
+    return _make(config.env_id, config.env_kwargs, config.agent_view)[0].num_agents if _agent_view(config) else 1
+
+
+def _agent_view(config) -> tuple | None:
+    return getattr(config, "agent_view", None)
 
 
 @functools.cache
@@ -449,7 +458,7 @@ def _cached_spec(env_id: str, env_kwargs: tuple, agent_view: tuple | None) -> En
 def config_spec(config) -> EnvSpec:
     """The :class:`EnvSpec` of an algorithm config's env (:func:`make_config_env`;
     cached): one agent's, for a multi-agent config."""
-    return _cached_spec(config.env_id, config.env_kwargs, getattr(config, "agent_view", None))
+    return _cached_spec(config.env_id, config.env_kwargs, _agent_view(config))
 
 
 # The built-in prefixes: ``"<suite>:"`` is served by the adapter module
