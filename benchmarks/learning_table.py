@@ -85,11 +85,12 @@ ROWS = (
     Row("reinforce", "CartPole-v1", 200_000, quick=True),
     *(Row(a, "CartPole-v1", 150_000) for a in ("ppo", "a2c", "dqn")),
     *(Row(a, "Acrobot-v1", 500_000) for a in DISCRETE),
-    Row("ppo", "MountainCar-v0", 250_000, quick=True),
-    Row("dqn", "MountainCar-v0", 250_000, quick=True),
+    Row("ppo", "MountainCar-v0", 1_000_000, quick=True),
+    Row("dqn", "MountainCar-v0", 250_000),
     Row("a2c", "MountainCar-v0", 250_000),
     *(Row(a, "Pendulum-v1", 300_000 if a == "ppo" else 50_000) for a in CONTINUOUS),
-    *(Row(a, "MountainCarContinuous-v0", 1_000_000 if a == "ppo" else 100_000, quick=True) for a in CONTINUOUS),
+    Row("td3", "MountainCarContinuous-v0", 60_000, quick=True),
+    *(Row(a, "MountainCarContinuous-v0", 1_000_000 if a == "ppo" else 100_000) for a in ("ppo", "sac")),
     *(
         Row(a, env_id, 150_000)
         for env_id in ("Catch-bsuite", "DeepSea-bsuite", "UmbrellaChain-bsuite", "DiscountingChain-bsuite")

@@ -40,7 +40,13 @@ SCRIPTS = {
     "gymnasium_bridge": ([], ["--quick"], False),
 }
 # one-off measurements written by hand (command beside each table), appended as they are
-HAND_WRITTEN = ("investigations/core_cleanup.md", "investigations/memory.md", "investigations/es_alphazero.md")
+HAND_WRITTEN = (
+    "investigations/core_cleanup.md",
+    "investigations/memory.md",
+    "investigations/es_alphazero.md",
+    "investigations/multiagent.md",
+    "investigations/learning_table.md",
+)
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "gymnax", "numpy", "rejax", "flashbax", "gymnasium")
 
 

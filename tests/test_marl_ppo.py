@@ -365,5 +365,5 @@ def test_learns_simple_spread(module):
     assert np.sum(final >= baseline + MARGIN) >= 3, (final, baseline)
 
 
-BUDGET = 400_000
+BUDGET = 300_000
 MARGIN = 3.0

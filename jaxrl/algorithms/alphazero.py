@@ -215,6 +215,14 @@ class Config:
         return self.total_timesteps // (self.num_games * self.num_steps)
 
 
+PRESETS = {}
+
+
+def preset(env_id: str, **overrides) -> Config:
+    """A Config with settings tuned for ``env_id`` (the defaults where none are known)."""
+    return Config(env_id=env_id, **{**PRESETS.get(env_id, {}), **overrides})
+
+
 @struct.dataclass
 class State:
     params: dict  # {"network": flax params}: all ``act`` needs

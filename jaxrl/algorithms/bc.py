@@ -76,6 +76,14 @@ class Config:
             raise ValueError(f"BC needs flat continuous actions, {self.env_id} has action shape {spec.action_shape}")
 
 
+PRESETS = {}
+
+
+def preset(env_id: str, **overrides) -> Config:
+    """A Config with settings tuned for ``env_id`` (the defaults where none are known)."""
+    return Config(env_id=env_id, **{**PRESETS.get(env_id, {}), **overrides})
+
+
 @struct.dataclass
 class State:
     params: dict  # {"network": flax params, "obs_stats": RunningStats of the dataset}
