@@ -92,8 +92,8 @@ class Config:
             require_choice(self, field, (True, False))
         if not self.multi_agent:
             for field, default in (("share_parameters", True), ("centralised_critic", False)):
-                if getattr(self, field) != default:
-                    value = getattr(self, field)
+                value = getattr(self, field)
+                if value != default:
                     raise ValueError(f"{field}={value} applies to multi-agent training (multi_agent=True)")
             return
         if self.scale_rewards:
@@ -223,7 +223,7 @@ def init_network(key: jax.Array, config):
 
 
 def apply_network(network_params, obs, config, carry=(), reset=None):
-    """``make_network(config).apply`` on raw (normalised) observations ``[..., *obs]``:
+    """``make_network(config).apply`` on observations ``[..., *obs]`` (normalised, if at all):
     ``(policy_out, value [...], carry)``. With one network per agent (``multi_agent``,
     not ``share_parameters``) each agent's slice of the last batch axis of ``obs``,
     ``carry`` and ``reset`` goes through its own parameters (a ``vmap``)."""
