@@ -165,13 +165,13 @@ ENTRIES = {
         for kind in ("gru", "ff")
         for suffix, env_id in (("", "CartPole-v1"), ("-masked", "MaskedCartPole-v1"))
     },
-    # Several agents: IPPO and MAPPO on MPE simple_spread (3 agents) at JaxMARL's MPE
-    # settings, and single-agent PPO at equal network size and rows per pass (16 envs x 3
+    # Several agents: IPPO and MAPPO on MPE simple_spread (3 agents), 16 envs x 128 steps,
+    # and single-agent PPO at equal network size and rows per pass (16 envs x 3
     # agents = 48 envs) for the per-agent-step cost. No peer: rejax has no multi-agent PPO.
     **{
         name: Entry(
             name,
-            f"{name.upper()} on MPE simple_spread (3 agents) at JaxMARL's MPE settings",
+            f"{name.upper()} on MPE simple_spread (3 agents), 16 envs x 128 steps",
             "jaxmarl:MPE_simple_spread_v3",
             budget=500_000,
             quick=20_480,

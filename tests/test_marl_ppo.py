@@ -353,7 +353,7 @@ def random_return(env_id: str, episodes: int = 2000) -> float:
 @pytest.mark.parametrize("module", [ippo, mappo], ids=["ippo", "mappo"])
 def test_learns_simple_spread(module):
     """MPE simple_spread (3 agents, 25 steps, per-agent reward): uniform random play
-    returns about -26.3 per agent. With the preset (JaxMARL's MPE settings) and a budget
+    returns about -26.3 per agent. With the preset (16 envs x 128 steps) and a budget
     of BUDGET env steps, the final deterministic evaluation (32 episodes) beats random
     play by at least MARGIN in at least 3 of 4 vmapped seeds."""
     pytest.importorskip("jaxmarl")

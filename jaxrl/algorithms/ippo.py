@@ -50,7 +50,7 @@ class Config(ppo.Config):
 
 
 PRESETS = {
-    # JaxMARL's IPPO settings for MPE (ippo_ff_mpe), 64-unit layers.
+    # 16 envs x 128 steps (PPO's other defaults): tests/test_marl_ppo.py's learning test and the benchmark.
     "jaxmarl:MPE_simple_spread_v3": dict(num_envs=16, num_steps=128, total_timesteps=1_000_000),
 }
 

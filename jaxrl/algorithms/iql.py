@@ -51,8 +51,7 @@ from jaxrl.config import static
 class Config(dqn.Config):
     """DQN's Config with ``multi_agent=True`` and defaults for the climbing game (see
     :class:`jaxrl.algorithms.dqn.Config`): ``MultiAgentClimbing-v0`` in 100k env steps
-    (``tests/test_marl_dqn.py``: per-agent greedy return >= 75 in 4 of 4 seeds, where
-    uniformly random play scores about -34 and the optimum is 110)."""
+    (``tests/test_marl_dqn.py``'s learning test)."""
 
     env_id: str = static("MultiAgentClimbing-v0")
     multi_agent: bool = static(True)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from flax import struct
 
-from jaxrl.algorithms import ppo
+from jaxrl.algorithms import ippo
 from jaxrl.algorithms.ppo import (
     State,
     act,
@@ -45,21 +45,15 @@ from jaxrl.config import static
 
 
 @struct.dataclass
-class Config(ppo.Config):
-    """PPO's Config on a multi-agent env's agents with a centralised critic (see
-    :class:`jaxrl.algorithms.ppo.Config`); ``num_envs`` counts envs, each of ``A``
-    agents, and ``total_timesteps`` env steps."""
+class Config(ippo.Config):
+    """IPPO's Config with a centralised critic (see :class:`jaxrl.algorithms.ppo.Config`);
+    ``num_envs`` counts envs, each of ``A`` agents, and ``total_timesteps`` env steps."""
 
-    env_id: str = static("MultiAgentClimbing-v0")
-    multi_agent: bool = static(True)
     centralised_critic: bool = static(True)
     shared_memory: bool = static(False)  # with memory: the critic's input differs from the actor's
 
 
-PRESETS = {
-    # JaxMARL's MAPPO settings for MPE (mappo_ff_mpe's), 64-unit layers.
-    "jaxmarl:MPE_simple_spread_v3": dict(num_envs=16, num_steps=128, total_timesteps=1_000_000),
-}
+PRESETS = ippo.PRESETS
 
 
 def preset(env_id: str, **overrides) -> Config:

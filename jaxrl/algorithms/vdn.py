@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from flax import struct
 
-from jaxrl.algorithms import dqn
+from jaxrl.algorithms import iql
 from jaxrl.algorithms.dqn import (
     LEARNER_METRICS,
     MIXERS,
@@ -53,27 +53,15 @@ from jaxrl.config import static
 
 
 @struct.dataclass
-class Config(dqn.Config):
-    """DQN's Config with ``multi_agent=True``, ``mixer="vdn"`` and defaults for the
-    climbing game (see :class:`jaxrl.algorithms.dqn.Config`): ``MultiAgentClimbing-v0``
-    in 100k env steps (``tests/test_marl_dqn.py``: per-agent greedy return >= 55 in 4
-    of 4 seeds, above the 50 of the safe equilibrium most runs first settle on; random
-    play scores about -34 and the optimum is 110)."""
+class Config(iql.Config):
+    """IQL's Config (its climbing-game defaults) with ``mixer="vdn"`` (see
+    :class:`jaxrl.algorithms.dqn.Config`); ``batch_size`` counts env steps, each with every
+    agent's transition."""
 
-    env_id: str = static("MultiAgentClimbing-v0")
-    multi_agent: bool = static(True)
     mixer: str = static("vdn")
-    num_steps: int = static(4)
-    num_updates: int = static(2)
-    batch_size: int = static(64)  # env steps, each with every agent's transition
-    buffer_size: int = static(20_000)  # agent-transitions
-    learning_starts: int = static(500)
-    hidden_sizes: tuple = static((64,))
-    target_update_period: int = static(50)
-    exploration_fraction: float = 0.5
 
 
-PRESETS = {"MultiAgentClimbing-v0": {}}
+PRESETS = iql.PRESETS
 
 
 def preset(env_id: str, **overrides) -> Config:

@@ -442,8 +442,14 @@ def make_config_env(config):
 
 
 def config_num_agents(config) -> int:
-    """The agents of a multi-agent config's env (its ``agent_view`` set); 1 otherwise."""
-    return _make(config.env_id, config.env_kwargs, config.agent_view)[0].num_agents if _agent_view(config) else 1
+    """The agents of a multi-agent config's env (its ``agent_view`` set); 1 otherwise (cached)."""
+    view = _agent_view(config)
+    return _cached_num_agents(config.env_id, config.env_kwargs, view) if view else 1
+
+
+@functools.cache
+def _cached_num_agents(env_id: str, env_kwargs: tuple, agent_view: tuple) -> int:
+    return _make(env_id, env_kwargs, agent_view)[0].num_agents
 
 
 def _agent_view(config) -> tuple | None:
