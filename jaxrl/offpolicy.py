@@ -4,8 +4,15 @@ until ``learning_starts`` and then learns.
 
 The helpers read these fields of an algorithm's config: ``env_id``, ``env_kwargs``,
 ``num_envs``, ``num_steps``, ``batch_size``, ``buffer_size``, ``n_step``, ``gamma``,
-``num_evals``, ``num_reports`` and the derived sizes of :class:`ReplaySchedule`, which
-every off-policy Config mixes in.
+``normalize_observations``, ``scale_rewards``, ``num_evals``, ``num_reports`` and the
+derived sizes of :class:`ReplaySchedule`, which every off-policy Config mixes in.
+
+Observation normalisation keeps replay raw: running statistics of every collected
+observation live in ``params["obs_stats"]`` (so a policy acts from ``params`` alone), and
+both acting and the learner's batches are standardised by the newest statistics
+(:func:`observe`). Reward scaling divides each reward by the running standard deviation of
+its lane's discounted return before it is stored (:class:`jaxrl.envs.ScaleReward`, as
+PPO's ``scale_rewards``); the reported episode returns stay raw.
 """
 
 from __future__ import annotations
@@ -90,9 +97,49 @@ def polyak(target, online, tau):
 def make_env(config):
     """The config's env, reporting episode statistics, and its params; with
     ``multi_agent`` the :class:`jaxrl.envs.multiagent.AgentBatch` view, which reports
-    each agent's episode statistics itself."""
+    each agent's episode statistics itself; with ``scale_rewards`` the rewards divided by
+    the running std of the discounted return (:class:`jaxrl.envs.ScaleReward`, outside
+    the episode statistics, which stay raw)."""
     env, env_params = envs.make_config_env(config)
-    return (env if getattr(config, "multi_agent", False) else envs.EpisodeStatistics(env)), env_params
+    if not getattr(config, "multi_agent", False):
+        env = envs.EpisodeStatistics(env)
+    if config.scale_rewards:
+        env = envs.ScaleReward(env, gamma=config.gamma)
+    return env, env_params
+
+
+def check_normalization(config) -> None:
+    """ValueErrors for ``normalize_observations`` / ``scale_rewards`` settings that
+    cannot work (called from an off-policy Config's ``__post_init__``)."""
+    if config.scale_rewards and getattr(config, "multi_agent", False):
+        raise ValueError("scale_rewards is not supported with multi_agent=True (rewards are per agent)")
+
+
+def init_params(params: dict, config) -> dict:
+    """``params`` plus, with ``normalize_observations``, ``"obs_stats"``: the running
+    statistics of the env's observations (:func:`jaxrl.envs.observation_stats_init`),
+    which :func:`observe` reads and every collection updates."""
+    if not config.normalize_observations:
+        return params
+    spec = envs.config_spec(config)
+    return {**params, "obs_stats": envs.observation_stats_init(spec.observation, spec.obs_classes)}
+
+
+def observe(params: dict, obs, config):
+    """What the networks read of raw observations ``obs`` (leaves ``[..., *shape]``):
+    with ``normalize_observations`` each float leaf standardised by
+    ``params["obs_stats"]`` and clipped (:func:`jaxrl.envs.normalize_observation`), else
+    ``obs`` itself."""
+    if not config.normalize_observations:
+        return obs
+    return envs.normalize_observation(params["obs_stats"], obs)
+
+
+def observe_batch(params: dict, batch: dict, config) -> dict:
+    """A replay batch with its ``obs`` and ``next_obs`` as the networks read them (:func:`observe`)."""
+    if not config.normalize_observations:
+        return batch
+    return {**batch, **{name: observe(params, batch[name], config) for name in ("obs", "next_obs")}}
 
 
 def replay_lanes(tree, config, axis: int = 0):
@@ -255,11 +302,16 @@ def _collect_and_store(state, policy: Callable, key: jax.Array, config, carry):
     if envs.config_spec(config).padding_steps:  # as init_buffer decided
         transitions["valid"] = trajectory.valid
     transitions = replay_lanes(transitions, config, axis=1)  # [T, N, A, ...] -> [T, N * A, ...]
+    params = state.params
+    if config.normalize_observations:  # every collected observation, random warm-up ones included
+        observation = envs.config_spec(config).observation
+        params = {**params, "obs_stats": envs.observation_stats_fold(params["obs_stats"], trajectory.obs, observation)}
     if store_carry:
         buffers = sequence
     else:
         buffers = prioritized if isinstance(state.buffer, prioritized.PrioritizedState) else replay
     state = state.replace(
+        params=params,
         buffer=buffers.add_sequence(state.buffer, transitions),
         env_state=env_state,
         obs=obs,
@@ -328,7 +380,8 @@ def step(state, key: jax.Array, config, act: Callable, learn: Callable):
 
     def one_update(state, key, j):
         sample_key, learn_key = jax.random.split(key)
-        return learn(state, sample(state.buffer, sample_key, config), learn_key, j)
+        batch = observe_batch(state.params, sample(state.buffer, sample_key, config), config)
+        return learn(state, batch, learn_key, j)
 
     state, learner_metrics = run_updates(state, one_update, update_key, config.num_updates)
     metrics.update(learner_metrics)
@@ -450,7 +503,8 @@ def window_step(state, key: jax.Array, config, collect: Callable, learn: Callabl
 
     def one_update(state, key, j):
         sample_key, learn_key = jax.random.split(key)
-        return learn(state, sample_windows(state.buffer, sample_key, config), learn_key, j)
+        batch = observe_batch(state.params, sample_windows(state.buffer, sample_key, config), config)
+        return learn(state, batch, learn_key, j)
 
     state, learner_metrics = run_updates(state, one_update, update_key, config.num_updates)
     metrics.update(learner_metrics)

@@ -455,8 +455,7 @@ def update_obs_stats(state: State, trajectory: Trajectory, config) -> State:
     if not config.normalize_observations:
         return state
     observation = envs.config_spec(config).observation  # the trailing dims of one (agent's) observation
-    flat_obs = jax.tree.map(lambda x, leaf: x.reshape((-1,) + leaf.shape), trajectory.obs, observation)
-    obs_stats = envs.observation_stats_update(state.params["obs_stats"], flat_obs)
+    obs_stats = envs.observation_stats_fold(state.params["obs_stats"], trajectory.obs, observation)
     return state.replace(params={**state.params, "obs_stats": obs_stats})
 
 

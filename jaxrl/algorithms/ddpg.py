@@ -88,6 +88,8 @@ class Config(offpolicy.ReplaySchedule):
     sequence_length: int = static(20)  # steps per replayed window (memory only)
     burn_in: int = static(5)  # leading steps of a window that only warm up the memories
     sequence_period: int = static(10)  # steps between the starts of a lane's windows
+    normalize_observations: bool = static(False)  # running stats in params; replay keeps raw observations
+    scale_rewards: bool = static(False)  # divide rewards by the running std of the discounted return
     num_evals: int = static(10)
     eval_episodes: int = static(10)
     num_reports: int = static(50)
@@ -106,6 +108,7 @@ class Config(offpolicy.ReplaySchedule):
         object.__setattr__(self, "env_kwargs", freeze_mapping(self.env_kwargs, "env_kwargs"))
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
         self.check_schedule()
+        offpolicy.check_normalization(self)
         require_int(self, "policy_delay", 1)
         if self.num_updates % self.policy_delay:
             raise ValueError(
@@ -132,7 +135,7 @@ def preset(env_id: str, **overrides) -> Config:
 
 @struct.dataclass
 class State:
-    params: dict  # {"actor": flax params}: all ``act`` needs
+    params: dict  # {"actor": flax params, "obs_stats" with normalize_observations}: all ``act`` needs
     critic_params: Any  # the critics' flax params (leading [num_critics] axis)
     target_params: dict  # {"actor": ..., "critic": ...}
     opt_state: dict  # {"actor": ..., "critic": ...}
@@ -221,7 +224,7 @@ def init(key: jax.Array, config: Config) -> State:
         buffer = offpolicy.init_buffer(obs, action, config)
     optimizer = make_optimizer(config)
     return State(
-        params={"actor": actor_params},
+        params=offpolicy.init_params({"actor": actor_params}, config),
         critic_params=critic_params,
         target_params={"actor": actor_params, "critic": critic_params},
         opt_state={"actor": optimizer.init(actor_params), "critic": optimizer.init(critic_params)},
@@ -271,6 +274,7 @@ def act(params: dict, obs: jax.Array, carry, key: jax.Array, config: Config, det
     ``carry["actor"]`` and passes ``carry["critic"]`` through (training's own collection,
     :func:`collect`, also advances the critic's memory)."""
     spec = env_spec(config)
+    obs = offpolicy.observe(params, obs, config)
     if config.memory != "none":
         actor = make_actor(config)
         features, actor_carry = offpolicy.encode(actor, params["actor"], offpolicy.add_time(obs), carry["actor"])
@@ -403,7 +407,7 @@ def update(state: State, batch: dict, key: jax.Array, config: Config, update_act
         update_actor, actor_step, skip, state.params["actor"], state.opt_state["actor"], state.target_params
     )
     state = state.replace(
-        params={"actor": actor_params},
+        params={**state.params, "actor": actor_params},
         critic_params=critic_params,
         target_params=target_params,
         opt_state={"actor": actor_opt, "critic": critic_opt},
@@ -426,7 +430,8 @@ def collect(state: State, key: jax.Array, config: Config, uniform: bool = False)
         if uniform:
             action = offpolicy.random_actions(random_key, spec, config.num_envs)
         critic = make_critic(config)
-        _, critic_carry = offpolicy.encode(critic, critic_params, offpolicy.add_time(obs), carry["critic"])
+        critic_obs = offpolicy.add_time(offpolicy.observe(params, obs, config))
+        _, critic_carry = offpolicy.encode(critic, critic_params, critic_obs, carry["critic"])
         return action, {**carry, "critic": critic_carry}
 
     return offpolicy.collect_recurrent(state, policy, key, config)

@@ -109,6 +109,8 @@ class Config(offpolicy.ReplaySchedule):
     multi_agent: bool = static(False)  # a multi-agent env's agents as a batch axis, one replay lane each
     mixer: str = static("none")  # with multi_agent: "none" (IQL) or "vdn" (Q_tot = sum of the agents' Q)
     anneal_lr: bool = static(False)  # linearly to 0 over the updates
+    normalize_observations: bool = static(False)  # running stats in params; replay keeps raw observations
+    scale_rewards: bool = static(False)  # divide rewards by the running std of the discounted return
     num_evals: int = static(10)
     eval_episodes: int = static(10)
     num_reports: int = static(50)
@@ -135,6 +137,7 @@ class Config(offpolicy.ReplaySchedule):
         object.__setattr__(self, "env_kwargs", freeze_mapping(self.env_kwargs, "env_kwargs"))
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
         self.check_schedule()
+        offpolicy.check_normalization(self)
         require_int(self, "target_update_period", 1)
         require_int(self, "num_atoms", 2)
         require_choice(self, "loss", ("huber", "mse"))
@@ -245,7 +248,7 @@ def r2d2(env_id: str = "CartPole-v1", **overrides) -> Config:
 
 @struct.dataclass
 class State:
-    params: dict  # {"network": flax params}: all ``act`` needs
+    params: dict  # {"network": flax params, "obs_stats" with normalize_observations}: all ``act`` needs
     target_params: dict  # the target network's flax params
     opt_state: Any
     buffer: Any  # replay.ReplayState, prioritized.PrioritizedState or (memory) sequence.SequenceState
@@ -339,7 +342,7 @@ def init(key: jax.Array, config: Config) -> State:
         )
         buffer = offpolicy.init_sequence_buffer(obs, action, carry, config)
     return State(
-        params={"network": network_params},
+        params=offpolicy.init_params({"network": network_params}, config),
         target_params=network_params,
         opt_state=make_optimizer(config).init(network_params),
         buffer=buffer,
@@ -383,9 +386,9 @@ def _q_values(out: jax.Array, config: Config) -> jax.Array:
 
 
 def q_values(params: dict, obs: jax.Array, config: Config, noise_key: jax.Array | None = None) -> jax.Array:
-    """Action values ``[B, A]`` for observations ``[B, *obs_shape]`` (C51: the means)."""
+    """Action values ``[B, A]`` for raw observations ``[B, *obs_shape]`` (C51: the means)."""
     noise = None if noise_key is None or not config.noisy else draw_noise(noise_key, config)
-    return _q_values(_network_out(params["network"], obs, noise, config), config)
+    return _q_values(_network_out(params["network"], offpolicy.observe(params, obs, config), noise, config), config)
 
 
 def recurrent_q_values(params: dict, obs, carry, config: Config, noise_key: jax.Array | None = None):
@@ -393,7 +396,8 @@ def recurrent_q_values(params: dict, obs, carry, config: Config, noise_key: jax.
     ``[B, *obs_shape]`` entered with the memory ``carry`` (leaves ``[B, ...]``), and
     the memory after them."""
     noise = None if noise_key is None or not config.noisy else draw_noise(noise_key, config)
-    out, carry = _network_out(params["network"], jax.tree.map(lambda x: x[None], obs), noise, config, carry)
+    obs = jax.tree.map(lambda x: x[None], offpolicy.observe(params, obs, config))
+    out, carry = _network_out(params["network"], obs, noise, config, carry)
     return out[0], carry
 
 
@@ -474,13 +478,17 @@ def sample(state: State, key: jax.Array, config: Config) -> dict:
     With ``memory``: ``batch_size`` windows of :func:`jaxrl.buffers.sequence.sample`,
     the transition fields with leaves ``[B, L, ...]`` except ``carry``, the memory
     entering each window's first step (leaves ``[B, ...]``), plus ``weight [B]`` and
-    ``index``."""
+    ``index``.
+
+    Observations come as the networks read them (:func:`jaxrl.offpolicy.observe_batch`)."""
     progress = jnp.clip(state.timesteps / config.total_timesteps, 0.0, 1.0)
     beta = config.per_beta_start + progress * (config.per_beta_end - config.per_beta_start)
     if config.memory == "none":
-        return offpolicy.sample(state.buffer, key, config, beta, team=config.mixer == "vdn")
-    batch = sequence.sample(state.buffer, key, config.batch_size, beta)
-    return {**batch.data, "carry": batch.carry, "weight": batch.weights, "index": batch.index}
+        batch = offpolicy.sample(state.buffer, key, config, beta, team=config.mixer == "vdn")
+    else:
+        windows = sequence.sample(state.buffer, key, config.batch_size, beta)
+        batch = {**windows.data, "carry": windows.carry, "weight": windows.weights, "index": windows.index}
+    return offpolicy.observe_batch(state.params, batch, config)
 
 
 def at_action(out: jax.Array, action: jax.Array, config: Config) -> jax.Array:
@@ -721,7 +729,7 @@ def update(state: State, batch: dict, key: jax.Array, config: Config):
     elif config.prioritized:  # without, every window keeps the first max priority: uniform replay
         buffer = sequence.update_priorities(buffer, batch["index"], priority_error, config.per_alpha, config.per_eps)
     state = state.replace(
-        params={"network": network_params},
+        params={**state.params, "network": network_params},
         target_params=target_params,
         opt_state=opt_state,
         buffer=buffer,

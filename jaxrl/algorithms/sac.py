@@ -85,6 +85,8 @@ class Config(offpolicy.ReplaySchedule):
     sequence_length: int = static(20)  # steps per replayed window (memory only)
     burn_in: int = static(5)  # leading steps of a window that only warm up the memories
     sequence_period: int = static(10)  # steps between the starts of a lane's windows
+    normalize_observations: bool = static(False)  # running stats in params; replay keeps raw observations
+    scale_rewards: bool = static(False)  # divide rewards by the running std of the discounted return
     num_evals: int = static(10)
     eval_episodes: int = static(10)
     num_reports: int = static(50)
@@ -99,6 +101,7 @@ class Config(offpolicy.ReplaySchedule):
         object.__setattr__(self, "env_kwargs", freeze_mapping(self.env_kwargs, "env_kwargs"))
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
         self.check_schedule()
+        offpolicy.check_normalization(self)
         spec = envs.config_spec(self)
         envs.refuse_multi_discrete(spec, self.env_id, "sac")
         if self.discrete and not spec.discrete:
@@ -133,7 +136,7 @@ def preset(env_id: str, **overrides) -> Config:
 
 @struct.dataclass
 class State:
-    params: dict  # {"actor": flax params}: all ``act`` needs
+    params: dict  # {"actor": flax params, "obs_stats" with normalize_observations}: all ``act`` needs
     critic_params: Any  # twin critics' flax params (leading [2] axis)
     target_params: dict  # {"critic": ...}
     log_alpha: jax.Array  # float32 scalar: log of the entropy temperature
@@ -253,7 +256,7 @@ def init(key: jax.Array, config: Config) -> State:
     log_alpha = jnp.log(jnp.asarray(config.alpha, jnp.float32))
     optimizer = make_optimizer(config)
     return State(
-        params={"actor": actor_params},
+        params=offpolicy.init_params({"actor": actor_params}, config),
         critic_params=critic_params,
         target_params={"critic": critic_params},
         log_alpha=log_alpha,
@@ -316,7 +319,7 @@ def act(params: dict, obs: jax.Array, carry, key: jax.Array, config: Config, det
     actor, so ``act`` advances ``carry["actor"]`` and passes ``carry["critic"]`` through;
     training's own collection (:func:`collect`) also advances the critic's memory, which
     the replay needs and acting does not."""
-    inputs = obs
+    inputs = obs = offpolicy.observe(params, obs, config)
     if config.memory != "none":
         actor = make_actor(config)
         features, actor_carry = offpolicy.encode(actor, params["actor"], offpolicy.add_time(obs), carry["actor"])
@@ -442,7 +445,7 @@ def update(state: State, batch: dict, key: jax.Array, config: Config):
         log_alpha = optax.apply_updates(log_alpha, updates)
 
     state = state.replace(
-        params={"actor": actor_params},
+        params={**state.params, "actor": actor_params},
         critic_params=critic_params,
         target_params={"critic": offpolicy.polyak(state.target_params["critic"], critic_params, config.tau)},
         log_alpha=log_alpha,
@@ -473,7 +476,8 @@ def collect(state: State, key: jax.Array, config: Config, uniform: bool = False)
         if uniform:
             action = offpolicy.random_actions(random_key, spec, config.num_envs)
         critic = make_critic(config)
-        _, critic_carry = offpolicy.encode(critic, critic_params, offpolicy.add_time(obs), carry["critic"])
+        critic_obs = offpolicy.add_time(offpolicy.observe(params, obs, config))
+        _, critic_carry = offpolicy.encode(critic, critic_params, critic_obs, carry["critic"])
         return action, {**carry, "critic": critic_carry}
 
     return offpolicy.collect_recurrent(state, policy, key, config)

@@ -82,6 +82,14 @@ def observation_stats_update(stats, batch):
     return [None if s is None else running_stats_update(s, x) for s, x in zip(stats, leaves, strict=True)]
 
 
+def observation_stats_fold(stats, obs, observation):
+    """:func:`observation_stats_update` with every leading axis of ``obs`` a batch axis:
+    leaves ``[..., *shape]``, each ``shape`` that of its leaf of ``observation`` (an
+    ``EnvSpec.observation``), e.g. a rollout's ``[T, N, ...]``."""
+    flat = jax.tree.map(lambda x, leaf: x.reshape((-1,) + leaf.shape), obs, observation)
+    return observation_stats_update(stats, flat)
+
+
 def normalize_observation(stats, obs, clip: float = 10.0):
     """:func:`normalize` each float leaf of ``obs`` (leaves ``[..., *shape]``) by its statistics."""
     if stats is None or isinstance(stats, RunningStats):
