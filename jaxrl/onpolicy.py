@@ -134,14 +134,14 @@ class Config:
             if self.sde_sample_freq != 0:
                 raise ValueError(f"sde_sample_freq={self.sde_sample_freq} applies with use_sde=True")
             return
+        if self.multi_agent:
+            raise ValueError("use_sde=True is for one agent: multi_agent=True has no gSDE")
         spec = envs.config_spec(self)
         if not spec.continuous:
             raise ValueError(
                 f"use_sde=True needs a continuous (Box) action space; env_id {self.env_id!r} has "
                 f"{spec.action_kind.replace('_', '-')} actions"
             )
-        if self.multi_agent:
-            raise ValueError("use_sde=True is for one agent: multi_agent=True has no gSDE")
         if self.log_std_init != 0.0:
             raise ValueError(
                 f"log_std_init={self.log_std_init} sets the state-independent Gaussian, which use_sde=True "
