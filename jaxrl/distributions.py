@@ -2,7 +2,9 @@
 
 Batch dims lead; continuous distributions are diagonal over the last (action) axis, and
 :class:`MultiCategorical` factors over its choices, so ``log_prob`` and ``entropy`` sum
-over that axis and return ``[...]``.
+over that axis and return ``[...]``. :class:`StateDependentNoise` is generalized
+state-dependent exploration (gSDE): the scale of a :class:`Normal` or
+:class:`TanhNormal` and the noise matrices that explore with it.
 """
 
 from __future__ import annotations
@@ -151,3 +153,71 @@ class TanhNormal:
 
     def mode(self):
         return jnp.tanh(self.loc)
+
+
+@struct.dataclass
+class StateDependentNoise:
+    """Generalized state-dependent exploration (gSDE; Raffin, Kober & Stulp, 2021,
+    "Smooth Exploration for Robotic Reinforcement Learning", arXiv:2005.05719).
+
+    The exploration noise at state ``s`` is ``z(s) @ theta``: the policy's latent
+    features ``z(s)`` (``features [..., F]``, the actor's last hidden layer) times a noise
+    matrix ``theta [F, A]`` with independent entries ``theta_ji ~ N(0, exp(log_std_ji)^2)``
+    (``log_std [F, A]``, learned), drawn per env and kept between resamples, so that one
+    state always gets the same push while the matrix stands. Given the features, that
+    noise is Gaussian with per-dimension variance ``sum_j z_j(s)^2 exp(log_std_ji)^2``:
+    the policy is ``Normal(mean(s), scale())`` (before any tanh squash), whose log-prob
+    and entropy the losses use.
+
+    The features enter under ``stop_gradient`` (as Stable-Baselines3's default,
+    ``learn_features=False``): the spread is learned through ``log_std`` alone, and the
+    features serve the mean.
+    """
+
+    features: jax.Array  # [..., F]
+    log_std: jax.Array  # [F, A]
+    epsilon: float = struct.field(pytree_node=False, default=1e-6)  # variance floor
+
+    def scale(self) -> jax.Array:
+        """The policy's standard deviation ``[..., A]``: ``sqrt(z^2 @ exp(2 log_std) +
+        epsilon)``; the floor keeps it positive (a finite log-prob) where every feature
+        is 0, as ReLU features can be."""
+        z = jax.lax.stop_gradient(self.features)
+        return jnp.sqrt(jnp.square(z) @ jnp.exp(2.0 * self.log_std) + self.epsilon)
+
+    def noise(self, unit_matrix: jax.Array) -> jax.Array:
+        """The exploration noise ``z @ theta`` ``[..., A]`` with ``theta = exp(log_std) *
+        unit_matrix``: ``unit_matrix [..., F, A]`` holds standard normals, one matrix per
+        row of ``features`` (:func:`sde_next_matrix`)."""
+        z = jax.lax.stop_gradient(self.features)
+        return jnp.einsum("...f,...fa->...a", z, jnp.exp(self.log_std) * unit_matrix)
+
+
+def sde_initial_carry(batch_size: int, num_features: int, action_dim: int) -> dict:
+    """The gSDE state of ``batch_size`` envs before an episode's first step (all zeros,
+    so resetting a carry to zeros restarts it): ``"matrix"`` ``[batch_size,
+    num_features, action_dim]``, each env's standard normals (the noise matrix divided by
+    ``exp(log_std)``: see :meth:`StateDependentNoise.noise`), and ``"steps"`` int32
+    ``[batch_size]``, the steps taken with that matrix (modulo the sample frequency)."""
+    return {
+        "matrix": jnp.zeros((batch_size, num_features, action_dim), jnp.float32),
+        "steps": jnp.zeros((batch_size,), jnp.int32),
+    }
+
+
+def sde_next_matrix(carry: dict, key: jax.Array, sample_freq: int):
+    """The unit noise matrix ``[B, F, A]`` each env acts with at this step, and the gSDE
+    carry (:func:`sde_initial_carry`) after it.
+
+    An env draws a fresh matrix (standard normals from ``key``) where its ``steps`` is 0,
+    at an episode's first step (the rollout resets the carry to zeros) and, with
+    ``sample_freq`` (static) > 0, every ``sample_freq`` steps after it; ``sample_freq=0``
+    keeps one matrix for the whole episode. Storing standard normals rather than
+    ``theta`` lets the noise follow ``log_std`` as it is learned."""
+    matrix, steps = carry["matrix"], carry["steps"]
+    fresh = jax.random.normal(key, matrix.shape, matrix.dtype)
+    matrix = jnp.where((steps == 0)[:, None, None], fresh, matrix)
+    steps = steps + 1
+    if sample_freq > 0:
+        steps = steps % sample_freq
+    return matrix, {"matrix": matrix, "steps": steps}

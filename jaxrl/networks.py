@@ -7,6 +7,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
+import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -312,8 +313,13 @@ def initial_carry(kind: str, size: int, batch_size: int):
 def reset_carry(carry, done: jax.Array):
     """``carry`` (leaves ``[*B, ...]``) with the rows where ``done [*B]`` is True set back
     to the initial (zero) carry: the reset at an episode's end. ``B`` may be several
-    batch axes (envs and agents)."""
-    return jax.tree.map(lambda c: jnp.where(done.reshape(done.shape + (1,) * (c.ndim - done.ndim)), 0.0, c), carry)
+    batch axes (envs and agents). Each leaf keeps its dtype (a step counter stays an
+    integer)."""
+
+    def reset(c):
+        return jnp.where(done.reshape(done.shape + (1,) * (c.ndim - done.ndim)), jnp.zeros((), c.dtype), c)
+
+    return jax.tree.map(reset, carry)
 
 
 def _gate_blocks(gates: int):
@@ -400,7 +406,11 @@ class ActorCritic(nn.Module):
     ``policy_out`` the logits ``[..., action_dim]`` (``discrete``: one categorical's, or
     a MultiDiscrete space's choices' one after another, which the caller splits) or
     ``(mean [..., A], log_std [A])`` with a state-independent learned ``log_std``
-    (continuous).
+    (continuous). With ``state_dependent_std`` (gSDE, continuous) it is ``(mean [...,
+    A], features [..., F], sde_log_std [F, A])``: the actor's last hidden features
+    (``F``: ``memory_size`` with memory, else ``hidden_sizes[-1]``) and a learned
+    parameter, zeros until the algorithm sets it (:func:`fill_param`), for
+    :class:`jaxrl.distributions.StateDependentNoise`.
     """
 
     action_dim: int
@@ -414,6 +424,7 @@ class ActorCritic(nn.Module):
     memory: str = "none"
     memory_size: int = 128
     shared_memory: bool = True
+    state_dependent_std: bool = False
 
     def setup(self):
         require_memory(self.memory)
@@ -430,7 +441,12 @@ class ActorCritic(nn.Module):
             self.critic_core = RecurrentCore(self.memory, self.memory_size)
         self.policy_head = nn.Dense(self.action_dim, kernel_init=orthogonal(0.01))
         self.value_head = nn.Dense(1, kernel_init=orthogonal(1.0))
-        if not self.discrete:
+        if self.discrete:
+            return
+        if self.state_dependent_std:
+            num_features = self.hidden_sizes[-1] if self.memory == "none" else self.memory_size
+            self.sde_log_std = self.param(SDE_LOG_STD, nn.initializers.zeros, (num_features, self.action_dim))
+        else:
             self.log_std = self.param("log_std", nn.initializers.constant(self.log_std_init), (self.action_dim,))
 
     def __call__(self, obs, carry=(), reset=None, critic_obs=None):
@@ -448,7 +464,11 @@ class ActorCritic(nn.Module):
             carry = {"actor": actor_carry, "critic": critic_carry}
         out = self.policy_head(actor_features)
         value = self.value_head(critic_features)[..., 0]
-        return (out if self.discrete else (out, self.log_std)), value, carry
+        if self.discrete:
+            return out, value, carry
+        if self.state_dependent_std:
+            return (out, actor_features, self.sde_log_std), value, carry
+        return (out, self.log_std), value, carry
 
 
 class NoisyDense(nn.Module):
@@ -600,6 +620,16 @@ class ContinuousQ(nn.Module):
 
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+SDE_LOG_STD = "sde_log_std"  # the gSDE log-std parameter's name in every network that has one
+
+
+def fill_param(params, name: str, value) -> dict:
+    """``params`` (a flax variables dict) with every leaf named ``name`` set to ``value``
+    (broadcast to its shape). For an initial value that may be traced (a swept
+    hyper-parameter): a module's fields are static, so its initializer cannot take it."""
+    flat = flax.traverse_util.flatten_dict(params)
+    filled = {path: jnp.full_like(leaf, value) if path[-1] == name else leaf for path, leaf in flat.items()}
+    return flax.traverse_util.unflatten_dict(filled)
 
 
 class Actor(nn.Module):
@@ -608,7 +638,11 @@ class Actor(nn.Module):
     * ``"deterministic"``: actions ``tanh(.)`` in ``[-1, 1]``, ``[..., action_dim]``;
     * ``"gaussian"``: ``(loc, log_std)``, each ``[..., action_dim]``, with ``log_std``
       squashed smoothly into ``[LOG_STD_MIN, LOG_STD_MAX]`` (for a tanh-normal);
-    * ``"categorical"``: logits ``[..., action_dim]``.
+    * ``"categorical"``: logits ``[..., action_dim]``;
+    * ``"state_dependent"``: ``(loc [..., action_dim], features [..., F], sde_log_std [F,
+      action_dim])`` for gSDE (:class:`jaxrl.distributions.StateDependentNoise`), with
+      ``features`` the torso's output and ``sde_log_std`` a learned parameter, zeros
+      until the algorithm sets it (:func:`fill_param`).
     """
 
     action_dim: int
@@ -626,6 +660,9 @@ class Actor(nn.Module):
             return jnp.tanh(out)
         if self.kind == "categorical":
             return out
+        if self.kind == "state_dependent":
+            sde_log_std = self.param(SDE_LOG_STD, nn.initializers.zeros, (x.shape[-1], self.action_dim))
+            return out, x, sde_log_std
         raw_log_std = nn.Dense(self.action_dim, kernel_init=orthogonal(0.01))(x)
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (jnp.tanh(raw_log_std) + 1.0)
         return out, log_std

@@ -5,6 +5,14 @@ extends), the training env, the actor-critic network (feed-forward or recurrent)
 acting, one rollout with the behaviour policy's log-probabilities, values and memory,
 the policy re-evaluated over a stored rollout, running observation statistics, the
 optimiser with optional linear annealing, and the ``train`` scan.
+
+``use_sde`` explores continuous actions with generalized state-dependent exploration
+(gSDE, :class:`jaxrl.distributions.StateDependentNoise`): the policy is a Gaussian whose
+scale depends on the actor's features, and acting adds the noise ``z(s) @ theta`` with a
+matrix ``theta`` per env drawn at each episode's start (and every ``sde_sample_freq``
+steps). The matrix lives in the policy's carry beside the memory: with ``use_sde`` the
+carry is ``{"memory": <the recurrent memory, () without>, "sde": <the gSDE state>}``,
+and everything that re-runs the network over stored steps sees the memory alone.
 """
 
 from __future__ import annotations
@@ -19,7 +27,15 @@ from flax import struct
 
 from jaxrl import envs, evaluation, loop, networks, rollout
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
-from jaxrl.distributions import Categorical, MultiCategorical, Normal, mask_actions
+from jaxrl.distributions import (
+    Categorical,
+    MultiCategorical,
+    Normal,
+    StateDependentNoise,
+    mask_actions,
+    sde_initial_carry,
+    sde_next_matrix,
+)
 from jaxrl.envs.multiagent import AGENT_ID, GLOBAL_STATE
 from jaxrl.networks import ActorCritic
 from jaxrl.types import Trajectory
@@ -52,7 +68,9 @@ class Config:
     normalize_advantages: bool = static(True)
     normalize_observations: bool = static(False)  # running stats kept in params
     scale_rewards: bool = static(False)  # divide rewards by running return std
-    log_std_init: float = static(0.0)  # continuous actions only
+    log_std_init: float = static(0.0)  # continuous actions only: the state-independent Gaussian's
+    use_sde: bool = static(False)  # gSDE exploration (continuous actions): noise z(s) @ theta
+    sde_sample_freq: int = static(0)  # with use_sde: steps between draws of theta; 0: once per episode
     # --- static: several agents (IPPO / MAPPO; see jaxrl.envs.multiagent.AgentBatch)
     multi_agent: bool = static(False)  # a multi-agent env's agents as a batch axis
     share_parameters: bool = static(True)  # one network for all agents, told the agent's id; else one each
@@ -67,6 +85,9 @@ class Config:
     ent_coef: float = 0.01
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
+    # With use_sde: the initial log-std of theta's entries, Stable-Baselines3's gSDE default: the
+    # std in each action dimension starts at exp(-2) ||z(s)||, at most exp(-2) sqrt(F) for tanh features.
+    sde_log_std_init: float = -2.0
 
     def __post_init__(self):
         object.__setattr__(self, "env_kwargs", freeze_mapping(self.env_kwargs, "env_kwargs"))
@@ -80,6 +101,7 @@ class Config:
         require_int(self, "total_timesteps", self.num_envs * self.num_steps)
         require_choice(self, "optimizer", OPTIMIZERS)
         self.check_agents()
+        self.check_sde()
         require_network(self, envs.config_spec(self).obs_ndim)
         # A padding step would carry one episode's memory into the next. An agent that has
         # left (multi-agent) is terminated at each of its invalid steps, so its memory resets.
@@ -104,6 +126,28 @@ class Config:
                 "set shared_memory=False"
             )
 
+    def check_sde(self) -> None:
+        """ValueErrors for gSDE settings that cannot work."""
+        require_choice(self, "use_sde", (True, False))
+        require_int(self, "sde_sample_freq", 0)
+        if not self.use_sde:
+            if self.sde_sample_freq != 0:
+                raise ValueError(f"sde_sample_freq={self.sde_sample_freq} applies with use_sde=True")
+            return
+        if self.multi_agent:
+            raise ValueError("use_sde=True is for one agent: multi_agent=True has no gSDE")
+        spec = envs.config_spec(self)
+        if not spec.continuous:
+            raise ValueError(
+                f"use_sde=True needs a continuous (Box) action space; env_id {self.env_id!r} has "
+                f"{spec.action_kind.replace('_', '-')} actions"
+            )
+        if self.log_std_init != 0.0:
+            raise ValueError(
+                f"log_std_init={self.log_std_init} sets the state-independent Gaussian, which use_sde=True "
+                "replaces: leave it at 0.0 and set sde_log_std_init"
+            )
+
     @property
     def agent_view(self) -> tuple | None:
         """How :func:`jaxrl.envs.make_config_env` views a multi-agent env: ``(agent_id,
@@ -122,6 +166,7 @@ class Config:
         require_range(self, "max_grad_norm", 0.0, float("inf"), low_open=True)
         for field in ("ent_coef", "vf_coef"):
             require_range(self, field, 0.0, float("inf"))
+        require_range(self, "sde_log_std_init", -float("inf"), float("inf"))
 
 
 @struct.dataclass
@@ -132,7 +177,7 @@ class State:
     obs: Any  # [num_envs, *obs_shape] observation to act on next ([num_envs, A, ...] with multi_agent)
     timesteps: jax.Array  # int32 env steps taken so far
     lagged_params: Any = ()  # IMPALA's policy lag: the last k params, oldest first, leaves [k, ...]
-    carry: Any = ()  # the policy's memory for ``obs``, leaves [num_envs, ...]; () without memory
+    carry: Any = ()  # the policy's state for ``obs`` (initial_carry), leaves [num_envs, ...]; () without any
 
 
 def make_env(config):
@@ -188,6 +233,7 @@ def make_network(config) -> ActorCritic:
         memory=config.memory,
         memory_size=config.memory_size,
         shared_memory=config.shared_memory,
+        state_dependent_std=config.use_sde,
     )
 
 
@@ -255,11 +301,18 @@ def _core_carry(config, batch_size: int):
 
 
 def initial_carry(config, batch_size: int):
-    """The policy's memory before an episode's first step, for ``batch_size`` envs:
-    zeros, leaves ``[batch_size, memory_size]`` (``[batch_size, A, memory_size]`` with
-    ``multi_agent``; a dict of the actor's and the critic's without ``shared_memory``);
-    ``()`` without memory."""
+    """The policy's state before an episode's first step, for ``batch_size`` envs, all
+    zeros: the memory, leaves ``[batch_size, memory_size]`` (``[batch_size, A,
+    memory_size]`` with ``multi_agent``; a dict of the actor's and the critic's without
+    ``shared_memory``), ``()`` without memory. With ``use_sde`` a dict: that memory as
+    ``"memory"`` and the gSDE state as ``"sde"``
+    (:func:`jaxrl.distributions.sde_initial_carry`: the noise matrices ``[batch_size,
+    F, A]`` and their step counters), which :func:`act` advances."""
     carry = _core_carry(config, batch_size)
+    if config.use_sde:
+        num_features = config.hidden_sizes[-1] if config.memory == "none" else config.memory_size
+        action_dim = envs.config_spec(config).action_shape[0]
+        return {"memory": carry, "sde": sde_initial_carry(batch_size, num_features, action_dim)}
     if not config.multi_agent:
         return carry
     agents = envs.config_num_agents(config)
@@ -299,6 +352,8 @@ def init(key: jax.Array, config, updates_per_iteration: int, policy_lag: int = 0
         "network": init_network(network_key, config),
         "obs_stats": envs.observation_stats_init(spec.observation, spec.obs_classes),
     }
+    if config.use_sde:
+        params["network"] = networks.fill_param(params["network"], networks.SDE_LOG_STD, config.sde_log_std_init)
     obs, env_state = rollout.reset(env, env_params, env_key, config.num_envs)
     lagged = jax.tree.map(lambda x: jnp.stack([x] * policy_lag), params) if policy_lag else ()
     return State(
@@ -317,12 +372,21 @@ def policy_and_value(params: dict, obs: jax.Array, config, carry=(), reset=None)
 
     Feed-forward: ``obs [..., *obs_shape]`` gives a distribution and values over
     ``[...]``; ``carry`` stays ``()``. Recurrent: ``obs [T, B, *obs_shape]`` is a
-    sequence entered with ``carry`` (leaves ``[B, ...]``), ``reset [T, B]`` (default
-    none) marks the steps that begin an episode; outputs are ``[T, B]`` and the carry
-    after the last step. Where observations carry an action mask
-    (``obs["action_mask"]``), masked actions have probability 0. The distribution is a
-    :class:`Categorical` (Discrete actions), a :class:`MultiCategorical` (MultiDiscrete:
-    actions ``[..., k]``) or a :class:`Normal` (Box)."""
+    sequence entered with ``carry`` (the memory, leaves ``[B, ...]``; with ``use_sde``
+    :func:`initial_carry`'s ``"memory"``), ``reset [T, B]`` (default none) marks the
+    steps that begin an episode; outputs are ``[T, B]`` and the memory after the last
+    step. Where observations carry an action mask (``obs["action_mask"]``), masked
+    actions have probability 0. The distribution is a :class:`Categorical` (Discrete
+    actions), a :class:`MultiCategorical` (MultiDiscrete: actions ``[..., k]``) or a
+    :class:`Normal` (Box; with ``use_sde`` its scale depends on the state)."""
+    distribution, value, carry, _ = policy_value_and_noise(params, obs, config, carry, reset)
+    return distribution, value, carry
+
+
+def policy_value_and_noise(params: dict, obs: jax.Array, config, carry=(), reset=None):
+    """:func:`policy_and_value`'s ``(distribution, value, carry)`` and, with ``use_sde``,
+    the :class:`jaxrl.distributions.StateDependentNoise` (features over the same leading
+    dims) that gives the Normal its scale and acting its noise; None without."""
     spec = envs.config_spec(config)
     raw_obs = obs
     if config.normalize_observations:
@@ -331,11 +395,15 @@ def policy_and_value(params: dict, obs: jax.Array, config, carry=(), reset=None)
     if spec.discrete:
         if spec.action_mask:
             policy_out = mask_actions(policy_out, raw_obs[envs.ACTION_MASK])
-        return Categorical(policy_out), value, carry
+        return Categorical(policy_out), value, carry, None
     if spec.multi_discrete:
-        return MultiCategorical(policy_out, spec.action_nvec), value, carry
+        return MultiCategorical(policy_out, spec.action_nvec), value, carry, None
+    if config.use_sde:
+        mean, features, sde_log_std = policy_out
+        noise = StateDependentNoise(features, sde_log_std)
+        return Normal(mean, noise.scale()), value, carry, noise
     mean, log_std = policy_out
-    return Normal(mean, jnp.broadcast_to(jnp.exp(log_std), mean.shape)), value, carry
+    return Normal(mean, jnp.broadcast_to(jnp.exp(log_std), mean.shape)), value, carry, None
 
 
 def trajectory_policy_and_value(params: dict, trajectory: Trajectory, config):
@@ -365,20 +433,44 @@ def bootstrap_value(params: dict, trajectory: Trajectory, config) -> jax.Array:
     return value.reshape(trajectory.reward.shape)
 
 
+def behaviour_step(params: dict, obs: jax.Array, carry, key: jax.Array, config, deterministic: bool = False):
+    """One step of the policy at raw observations ``[B, *obs_shape]`` with ``carry``
+    (:func:`initial_carry`'s, leaves ``[B, ...]``): ``(action, distribution, value [B],
+    carry)``, the carry after the step. The action is sampled from the distribution, or
+    with ``use_sde`` is its mean plus the gSDE noise of this step's matrix
+    (:func:`jaxrl.distributions.sde_next_matrix`), or is its mode if ``deterministic``
+    (the gSDE state then stays as it was); unclipped."""
+    memory = carry["memory"] if config.use_sde else carry
+    if config.memory == "none":
+        distribution, value, memory, noise = policy_value_and_noise(params, obs, config)
+    else:  # a sequence of one step
+        one_step = jax.tree.map(lambda x: x[None], obs)
+        distribution, value, memory, noise = policy_value_and_noise(params, one_step, config, memory)
+        distribution, value = jax.tree.map(lambda x: x[0], (distribution, value))
+        noise = None if noise is None else noise.replace(features=noise.features[0])
+    if not config.use_sde:
+        action = distribution.mode() if deterministic else distribution.sample(key)
+        return action, distribution, value, memory
+    sde = carry["sde"]
+    if deterministic:
+        action = distribution.mode()
+    else:
+        matrix, sde = sde_next_matrix(sde, key, config.sde_sample_freq)
+        action = distribution.loc + noise.noise(matrix)
+    return action, distribution, value, {"memory": memory, "sde": sde}
+
+
 def act(params: dict, obs: jax.Array, carry, key: jax.Array, config, deterministic: bool = False):
     """``(action [B, *action_shape], carry)`` (int32 ``[B]`` for Discrete actions, int32
     ``[B, k]`` for MultiDiscrete ones) for raw observations ``[B, *obs_shape]`` and the
-    policy's memory ``carry`` (leaves ``[B, ...]``, from :func:`initial_carry`; ``()``
-    without memory). The caller resets the returned carry where an episode ends.
+    policy's state ``carry`` (leaves ``[B, ...]``, from :func:`initial_carry`: the
+    memory, ``()`` without; with ``use_sde`` also the gSDE noise matrices). The caller
+    resets the returned carry where an episode ends.
 
-    Samples from the policy, or takes its mode if ``deterministic``; continuous actions
-    are clipped to the action bounds."""
-    if config.memory == "none":
-        distribution, _, carry = policy_and_value(params, obs, config)
-    else:  # a sequence of one step
-        distribution, _, carry = policy_and_value(params, jax.tree.map(lambda x: x[None], obs), config, carry)
-        distribution = jax.tree.map(lambda x: x[0], distribution)
-    action = distribution.mode() if deterministic else distribution.sample(key)
+    Samples from the policy (with ``use_sde``: its mean plus the noise of the env's
+    current matrix), or takes its mode if ``deterministic``; continuous actions are
+    clipped to the action bounds."""
+    action, _, _, carry = behaviour_step(params, obs, carry, key, config, deterministic)
     spec = envs.config_spec(config)
     if spec.continuous:
         action = jnp.clip(action, spec.action_low, spec.action_high)
@@ -389,8 +481,9 @@ def collect(state: State, params: dict, key: jax.Array, config, fresh_start: boo
     """``num_steps`` steps in each of the ``num_envs`` envs, acting with ``params``.
 
     The trajectory's ``extras`` hold the behaviour ``log_prob`` and ``value`` ``[T, N]``
-    and the ``carry`` that entered each step (leaves ``[T, N, ...]``; ``()`` without
-    memory). With ``fresh_start`` every env is reset first (and the memory with it), so
+    and the memory that entered each step as ``carry`` (leaves ``[T, N, ...]``; ``()``
+    without memory; with ``use_sde`` the carry's ``"memory"``, which is all that
+    re-running the network needs). With ``fresh_start`` every env is reset first (and the memory with it), so
     each env's first episode starts at ``t = 0`` (whole-episode Monte Carlo). Returns
     ``(state, trajectory)``; the state has the envs, next observations, memory and
     ``timesteps`` advanced.
@@ -403,15 +496,9 @@ def collect(state: State, params: dict, key: jax.Array, config, fresh_start: boo
         carry = initial_carry(config, config.num_envs)
 
     def policy(obs, carry, policy_key):
-        if config.memory == "none":
-            distribution, value, next_carry = policy_and_value(params, obs, config)
-        else:
-            distribution, value, next_carry = policy_and_value(
-                params, jax.tree.map(lambda x: x[None], obs), config, carry
-            )
-            distribution, value = jax.tree.map(lambda x: x[0], (distribution, value))
-        action = distribution.sample(policy_key)
-        return action, next_carry, {"log_prob": distribution.log_prob(action), "value": value, "carry": carry}
+        action, distribution, value, next_carry = behaviour_step(params, obs, carry, policy_key, config)
+        memory = carry["memory"] if config.use_sde else carry
+        return action, next_carry, {"log_prob": distribution.log_prob(action), "value": value, "carry": memory}
 
     trajectory, env_state, obs, carry = rollout.collect(
         env, env_params, policy, env_state, obs, key, config.num_steps, carry

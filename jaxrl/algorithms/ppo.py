@@ -9,7 +9,12 @@ continuous (diagonal Gaussian) actions. One iteration collects ``num_steps`` ste
 With memory (``memory="gru"`` or ``"lstm"``) the minibatches are sequences: each env's
 rollout is cut into chunks of ``sequence_length`` steps, the chunks are shuffled across
 envs and time, and each epoch re-runs the policy over every chunk from the memory
-stored when the chunk's first step was taken, resetting it where episodes ended. ::
+stored when the chunk's first step was taken, resetting it where episodes ended.
+
+``use_sde=True`` (Box actions) explores with generalized state-dependent exploration
+(gSDE, :mod:`jaxrl.onpolicy`): the Gaussian's scale depends on the actor's features, the
+ratio uses its log-prob, and the rollout acts with the mean plus ``z(s) @ theta``, one
+noise matrix ``theta`` per env kept in the carry beside any memory. ::
 
     config = ppo.Config(env_id="CartPole-v1")
     out = jax.jit(ppo.train)(jax.random.key(0), config)

@@ -24,7 +24,14 @@ sequence replay (:mod:`jaxrl.buffers.sequence`, uniform over windows), and the l
 re-runs the actor, the critics and the target critics over each window of
 ``sequence_length`` steps from the stored memories, the first ``burn_in`` steps only
 warming them up, with one-step soft targets bootstrapped through truncation from the
-final observation. ::
+final observation.
+
+``use_sde=True`` explores with generalized state-dependent exploration (gSDE; Raffin,
+Kober & Stulp, 2021, :class:`jaxrl.distributions.StateDependentNoise`): the Gaussian's
+scale comes from the actor's last hidden features ``z(s)`` and a learned ``[F, A]``
+log-std, and acting adds ``z(s) @ theta`` before the squash, with a noise matrix
+``theta`` per env kept in the policy's carry (``carry["sde"]``), drawn at each episode's
+first step and every ``sde_sample_freq`` steps. ::
 
     config = sac.Config(env_id="Pendulum-v1")
     out = jax.jit(sac.train)(jax.random.key(0), config)
@@ -42,8 +49,15 @@ import optax
 from flax import struct
 
 from jaxrl import envs, evaluation, loop, networks, offpolicy, optim, rollout
-from jaxrl.config import freeze_mapping, require_choice, require_network, require_range, static
-from jaxrl.distributions import Categorical, TanhNormal, mask_actions
+from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
+from jaxrl.distributions import (
+    Categorical,
+    StateDependentNoise,
+    TanhNormal,
+    mask_actions,
+    sde_initial_carry,
+    sde_next_matrix,
+)
 from jaxrl.networks import Actor, ContinuousQ, QNetwork, RecurrentActor, RecurrentContinuousQ, ensemble
 from jaxrl.types import TrainOutput
 
@@ -80,6 +94,8 @@ class Config(offpolicy.ReplaySchedule):
     hidden_sizes: tuple = static((64, 64))  # small nets suit classic control; (256, 256) for MuJoCo
     activation: str = static("relu")
     autotune: bool = static(True)  # learn alpha; False keeps it at ``alpha``
+    use_sde: bool = static(False)  # gSDE exploration (continuous actions): noise z(s) @ theta
+    sde_sample_freq: int = static(0)  # with use_sde: steps between draws of theta; 0: once per episode
     memory: str = static("none")  # "gru" or "lstm": a recurrent core in the actor and in the critics
     memory_size: int = static(64)  # each recurrent core's units
     sequence_length: int = static(20)  # steps per replayed window (memory only)
@@ -96,6 +112,8 @@ class Config(offpolicy.ReplaySchedule):
     tau: float = 0.005  # Polyak rate of the target critics
     alpha: float = 0.2  # the fixed temperature, or the initial one with autotune
     target_entropy: Any = None  # None: -|A| (continuous), 0.5 log |A| (discrete)
+    # With use_sde: the initial log-std of theta's entries (Stable-Baselines3's gSDE default).
+    sde_log_std_init: float = -2.0
 
     def __post_init__(self):
         object.__setattr__(self, "env_kwargs", freeze_mapping(self.env_kwargs, "env_kwargs"))
@@ -124,6 +142,12 @@ class Config(offpolicy.ReplaySchedule):
             if self.n_step != 1:
                 raise ValueError(f"memory={self.memory!r} trains one-step targets: n_step must be 1, got {self.n_step}")
             offpolicy.check_sequence_replay(self, bootstrap_steps=0)
+        require_choice(self, "use_sde", (True, False))
+        require_int(self, "sde_sample_freq", 0)
+        if self.use_sde and self.discrete:
+            raise ValueError("use_sde=True needs continuous actions; discrete=True has a categorical policy")
+        if not self.use_sde and self.sde_sample_freq != 0:
+            raise ValueError(f"sde_sample_freq={self.sde_sample_freq} applies with use_sde=True")
 
 
 PRESETS = {}
@@ -146,7 +170,7 @@ class State:
     obs: Any  # [num_envs, *obs_shape]
     timesteps: jax.Array  # int32 env steps so far
     updates: jax.Array  # int32 gradient updates so far
-    carry: Any = ()  # {"actor", "critic"} memories for ``obs``, leaves [num_envs, ...]; () without memory
+    carry: Any = ()  # initial_carry's policy state for ``obs``, leaves [num_envs, ...]; () without any
 
 
 # ----------------------------------------------------------------------------- set-up
@@ -161,15 +185,22 @@ def _action_dim(config: Config) -> int:
     return spec.num_actions if config.discrete else int(np.prod(spec.action_shape))
 
 
+def _actor_kind(config: Config) -> str:
+    if config.discrete:
+        return "categorical"
+    return "state_dependent" if config.use_sde else "gaussian"
+
+
 def make_actor(config: Config) -> Actor | RecurrentActor:
     """The policy network: the ``network`` torso (:func:`jaxrl.networks.torso`) on the
-    observation (any pytree of leaves), a Gaussian or (``discrete``) categorical head;
-    with ``memory`` a :class:`RecurrentActor`."""
+    observation (any pytree of leaves), a Gaussian (with ``use_sde`` its mean, features
+    and gSDE log-std) or (``discrete``) categorical head; with ``memory`` a
+    :class:`RecurrentActor`."""
     obs_ndim = env_spec(config).obs_ndim
     if config.memory != "none":
         return RecurrentActor(
             _action_dim(config),
-            "gaussian",
+            _actor_kind(config),
             config.network,
             config.hidden_sizes,
             config.activation,
@@ -179,7 +210,7 @@ def make_actor(config: Config) -> Actor | RecurrentActor:
         )
     return Actor(
         _action_dim(config),
-        "categorical" if config.discrete else "gaussian",
+        _actor_kind(config),
         config.network,
         config.hidden_sizes,
         config.activation,
@@ -224,6 +255,7 @@ def _check_traced(config: Config) -> None:
     require_range(config, "gamma", 0.0, 1.0)
     require_range(config, "tau", 0.0, 1.0, low_open=True)
     require_range(config, "alpha", 0.0, float("inf"), low_open=True)
+    require_range(config, "sde_log_std_init", -float("inf"), float("inf"))
     if config.target_entropy is not None:
         require_range(config, "target_entropy", -float("inf"), float("inf"))
 
@@ -253,6 +285,8 @@ def init(key: jax.Array, config: Config) -> State:
         critic_params = make_critic(config).init(critic_key, *critic_inputs)
         actor_params = make_actor(config).init(actor_key, one_obs)
         buffer = offpolicy.init_buffer(obs, action, config)
+    if config.use_sde:
+        actor_params = networks.fill_param(actor_params, networks.SDE_LOG_STD, config.sde_log_std_init)
     log_alpha = jnp.log(jnp.asarray(config.alpha, jnp.float32))
     optimizer = make_optimizer(config)
     return State(
@@ -279,10 +313,19 @@ def init(key: jax.Array, config: Config) -> State:
 
 def policy_distribution(actor_params, obs: jax.Array, config: Config):
     """The policy at ``obs [B, ...]``: a :class:`Categorical` over actions, or a
-    :class:`TanhNormal` over unit actions ``[B, A]`` in ``(-1, 1)``. With ``memory``,
-    ``obs`` is the actor's encoder output ``[..., memory_size]`` (:func:`jaxrl.offpolicy.window_features`)
-    and the distribution has its leading dims. Where observations carry an action mask
-    (``obs["action_mask"]``, discrete actions), masked actions have probability 0."""
+    :class:`TanhNormal` over unit actions ``[B, A]`` in ``(-1, 1)`` (with ``use_sde``, of
+    the state-dependent scale of :class:`jaxrl.distributions.StateDependentNoise`). With
+    ``memory``, ``obs`` is the actor's encoder output ``[..., memory_size]``
+    (:func:`jaxrl.offpolicy.window_features`) and the distribution has its leading dims.
+    Where observations carry an action mask (``obs["action_mask"]``, discrete actions),
+    masked actions have probability 0."""
+    return policy_distribution_and_noise(actor_params, obs, config)[0]
+
+
+def policy_distribution_and_noise(actor_params, obs: jax.Array, config: Config):
+    """:func:`policy_distribution` and, with ``use_sde``, the
+    :class:`jaxrl.distributions.StateDependentNoise` of its scale (the actor's features
+    at ``obs``); None without."""
     if config.memory != "none":
         out = make_actor(config).apply(actor_params, obs, method="policy")
     else:
@@ -290,9 +333,13 @@ def policy_distribution(actor_params, obs: jax.Array, config: Config):
     if config.discrete:
         if env_spec(config).action_mask:
             out = mask_actions(out, obs[envs.ACTION_MASK])
-        return Categorical(out)
+        return Categorical(out), None
+    if config.use_sde:
+        loc, features, sde_log_std = out
+        noise = StateDependentNoise(features, sde_log_std)
+        return TanhNormal(loc, noise.scale()), noise
     loc, log_std = out
-    return TanhNormal(loc, jnp.exp(log_std))
+    return TanhNormal(loc, jnp.exp(log_std)), None
 
 
 def q_values(critic_params, obs: jax.Array, action: jax.Array | None, config: Config) -> jax.Array:
@@ -306,14 +353,32 @@ def q_values(critic_params, obs: jax.Array, action: jax.Array | None, config: Co
     return make_critic(config).apply(critic_params, obs, action)
 
 
-initial_carry = offpolicy.initial_carry
+def initial_carry(config: Config, batch_size: int):
+    """The policy's state before an episode, for ``batch_size`` envs, all zeros: with
+    ``memory`` the ``{"actor", "critic"}`` memories (:func:`jaxrl.offpolicy.initial_carry`),
+    with ``use_sde`` the gSDE state ``"sde"`` (:func:`jaxrl.distributions.sde_initial_carry`:
+    noise matrices ``[batch_size, F, A]``, ``F`` the actor's features, and their step
+    counters), so that the rollout resets both where an episode ends; ``()`` without
+    either."""
+    carry = offpolicy.initial_carry(config, batch_size)
+    if not config.use_sde:
+        return carry
+    num_features = config.memory_size if config.memory != "none" else config.hidden_sizes[-1]
+    sde = sde_initial_carry(batch_size, num_features, _action_dim(config))
+    return {**carry, "sde": sde} if carry else {"sde": sde}
 
 
 def act(params: dict, obs: jax.Array, carry, key: jax.Array, config: Config, deterministic: bool = False):
     """``(action, carry)`` for observations ``[B, *obs_shape]``: the action sampled from
     the policy, or its mode when ``deterministic`` (``tanh`` of the mean; the most likely
     action), int32 ``[B]`` with ``discrete``, else ``[B, *action_shape]`` within the
-    bounds. Without memory ``carry`` (:func:`initial_carry`: ``()``) is passed through.
+    bounds. Without memory or gSDE ``carry`` (:func:`initial_carry`: ``()``) is passed
+    through.
+
+    With ``use_sde`` the sampled action is ``tanh(mean + z(s) @ theta)``, ``theta`` the
+    env's noise matrix in ``carry["sde"]``, drawn afresh where its step counter is 0
+    (:func:`jaxrl.distributions.sde_next_matrix`); ``deterministic`` leaves that state
+    alone.
 
     With ``memory``, ``carry`` is :func:`initial_carry`'s dict: ``params`` holds only the
     actor, so ``act`` advances ``carry["actor"]`` and passes ``carry["critic"]`` through;
@@ -324,8 +389,14 @@ def act(params: dict, obs: jax.Array, carry, key: jax.Array, config: Config, det
         actor = make_actor(config)
         features, actor_carry = offpolicy.encode(actor, params["actor"], offpolicy.add_time(obs), carry["actor"])
         inputs, carry = features[0], {**carry, "actor": actor_carry}
-    dist = policy_distribution(params["actor"], inputs, config)
-    action = dist.mode() if deterministic else dist.sample(key)
+    dist, noise = policy_distribution_and_noise(params["actor"], inputs, config)
+    if deterministic:
+        action = dist.mode()
+    elif config.use_sde:
+        matrix, sde = sde_next_matrix(carry["sde"], key, config.sde_sample_freq)
+        action, carry = jnp.tanh(dist.loc + noise.noise(matrix)), {**carry, "sde": sde}
+    else:
+        action = dist.sample(key)
     if config.discrete:
         return action, carry
     spec = env_spec(config)
