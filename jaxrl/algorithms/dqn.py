@@ -198,7 +198,31 @@ class Config(offpolicy.ReplaySchedule):
         offpolicy.check_sequence_replay(self, bootstrap_steps=self.n_step - 1)
 
 
-PRESETS = {"CartPole-v1": {}}
+PRESETS = {
+    "CartPole-v1": {},
+    # rl-baselines3-zoo's DQN for MountainCar-v0 (hyperparams/dqn.yml: 256x256 layers,
+    # learning rate 4e-3, batches of 128 from 10k transitions, 8 updates per 16 steps,
+    # the target copied every 600 steps, epsilon to 0.07 over a fifth of the run) with
+    # observation normalisation, gamma 0.99 and 8-step targets, found by a hand sweep from
+    # there (benchmarks/RESULTS.md's learning table), at gymnax-blines' 250k-step budget.
+    "MountainCar-v0": dict(
+        normalize_observations=True,
+        num_envs=4,
+        num_steps=4,
+        num_updates=8,
+        batch_size=128,
+        buffer_size=10_000,
+        learning_starts=1_000,
+        total_timesteps=250_000,
+        hidden_sizes=(256, 256),
+        learning_rate=4e-3,
+        gamma=0.99,
+        n_step=8,
+        target_update_period=300,
+        exploration_fraction=0.2,
+        epsilon_end=0.07,
+    ),
+}
 
 RAINBOW = dict(
     double=True,

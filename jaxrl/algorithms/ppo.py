@@ -99,7 +99,21 @@ class Config(onpolicy.Config):
 
 
 PRESETS = {
-    "CartPole-v1": {},
+    # rl-baselines3-zoo's PPO for CartPole-v1 (hyperparams/ppo.yml: 8 envs x 32 steps, one
+    # minibatch, 20 epochs, GAE lambda 0.8, gamma 0.98, no entropy bonus, learning rate 1e-3
+    # annealed; the zoo anneals the clip range too, ours stays 0.2) at gymnax-blines'
+    # 150k-step budget. The plain defaults are PureJaxRL's settings, for 500k steps.
+    "CartPole-v1": dict(
+        num_envs=8,
+        num_steps=32,
+        num_minibatches=1,
+        num_epochs=20,
+        total_timesteps=150_000,
+        gae_lambda=0.8,
+        gamma=0.98,
+        ent_coef=0.0,
+        learning_rate=1e-3,
+    ),
     # 32x32 layers and GAE lambda 0.9: on 60 seeds, the slowest of 5 seeds reached the
     # "solved" rule (last 100 training episodes >= -250) after 124k steps on average,
     # against 191k with 64x64 layers and lambda 0.95, at 0.6x the cost per step.
@@ -130,6 +144,31 @@ PRESETS = {
         gae_lambda=0.98,
         ent_coef=0.0,
         normalize_observations=True,
+    ),
+    # rl-baselines3-zoo's PPO for MountainCarContinuous-v0 (hyperparams/ppo.yml: gSDE drawn
+    # at each 8-step rollout, one env, observation and reward normalisation, gamma 0.9999,
+    # 10 epochs of one minibatch, its learning rate, entropy, clip, GAE, gradient-norm and
+    # value coefficients), with the learning rate annealed and 300k steps instead of 20k:
+    # benchmarks/investigations/gsde.md and the learning table in benchmarks/RESULTS.md.
+    "MountainCarContinuous-v0": dict(
+        use_sde=True,
+        sde_sample_freq=8,
+        sde_log_std_init=-3.29,
+        normalize_observations=True,
+        scale_rewards=True,
+        num_envs=1,
+        num_steps=8,
+        num_minibatches=1,
+        num_epochs=10,
+        total_timesteps=300_000,
+        gamma=0.9999,
+        learning_rate=7.77e-5,
+        ent_coef=0.00429,
+        clip_eps=0.1,
+        gae_lambda=0.9,
+        max_grad_norm=5.0,
+        vf_coef=0.19,
+        clip_value_loss=False,
     ),
     # Memory: a GRU over 16-step sequences; 16 envs and a larger learning rate than
     # CartPole's defaults (tests/test_memory.py's learning test and benchmarks/RESULTS.md).

@@ -150,7 +150,30 @@ class Config(offpolicy.ReplaySchedule):
             raise ValueError(f"sde_sample_freq={self.sde_sample_freq} applies with use_sde=True")
 
 
-PRESETS = {}
+PRESETS = {
+    # rl-baselines3-zoo's SAC for MountainCarContinuous-v0 (hyperparams/sac.yml: gSDE, a
+    # fixed temperature 0.1, 32 updates of 512 after every 32 steps of one env, gamma
+    # 0.9999, tau 0.01, 64x64 layers), the noise matrix drawn every 32 steps as
+    # Stable-Baselines3 draws it at each rollout: benchmarks/investigations/gsde.md.
+    "MountainCarContinuous-v0": dict(
+        use_sde=True,
+        sde_sample_freq=32,
+        sde_log_std_init=-3.67,
+        hidden_sizes=(64, 64),
+        learning_rate=3e-4,
+        buffer_size=50_000,
+        batch_size=512,
+        autotune=False,
+        alpha=0.1,
+        num_envs=1,
+        num_steps=32,
+        num_updates=32,
+        gamma=0.9999,
+        tau=0.01,
+        learning_starts=0,
+        total_timesteps=50_000,
+    ),
+}
 
 
 def preset(env_id: str, **overrides) -> Config:
