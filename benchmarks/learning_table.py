@@ -5,10 +5,14 @@ the published reference return for the task.
     python benchmarks/learning_table.py --quick                      # the QUICK rows: minutes
     python benchmarks/learning_table.py                              # every row: hours on 2 cores
     python benchmarks/learning_table.py ppo dqn --envs MountainCar-v0 --seeds 8 --markdown table.md
+    python benchmarks/learning_table.py dqn --envs MountainCar-v0 --set "n_step=3 gamma=0.98"   # a sweep point
+    python benchmarks/learning_table.py --render a.md b.md --markdown all.md   # one table from earlier runs
 
 Per row, in a fresh process (JAX's persistent compilation cache off): ``jax.jit`` of
 ``jax.vmap(train)`` over ``--seeds`` keys at the row's budget, evaluating the
 deterministic policy on ``EVAL_EPISODES`` episodes at ``EVALS`` points of the run.
+``--set`` changes preset fields for every selected row (the hand sweeps behind the
+presets, rerun with a kept command).
 
 Columns: final return = the last evaluation of each seed, summarised as the IQM (the
 mean of the middle half of the seeds) with a 95% percentile-bootstrap interval over
@@ -21,12 +25,16 @@ seed's time).
 References (``REFERENCES``): the returns of gymnax-blines' trained PPO / OpenAI-ES
 agents, as the gymnax README lists them, with the step budget of gymnax-blines' PPO
 config for the task (``agents/<env>/ppo.yaml``, ``num_train_steps``). A row's budget is
-its own (``Row.budget``); where it differs from the reference's, both are shown.
+its own (``Row.budget``); where it differs from the reference's, both are shown. Beside
+it, where the same algorithm has one (``ZOO``), rl-baselines3-zoo's result for the task
+(its ``benchmark.md``: one trained agent per row, deterministic evaluation, on the gym /
+gymnasium version of the task) at the zoo's budget, and the seeds that reach it.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import importlib
 import os
@@ -70,6 +78,28 @@ REFERENCES = {
 # Asterix, Breakout, Freeway and SpaceInvaders are the MinAtar games gymnax-blines
 # trained; gymnax's Seaquest-MinAtar has no reference there.
 
+ZOO_SOURCE = "rl-baselines3-zoo"
+ZOO = {
+    (algorithm, env_id): Reference(value, budget, ZOO_SOURCE)
+    for algorithm, env_id, value, budget in (
+        ("ppo", "CartPole-v1", 500.0, 100_000),
+        ("a2c", "CartPole-v1", 500.0, 500_000),
+        ("dqn", "CartPole-v1", 500.0, 50_000),
+        ("ppo", "Acrobot-v1", -73.5, 1_000_000),
+        ("a2c", "Acrobot-v1", -83.4, 500_000),
+        ("dqn", "Acrobot-v1", -76.6, 100_000),
+        ("ppo", "MountainCar-v0", -110.4, 1_000_000),
+        ("a2c", "MountainCar-v0", -111.3, 1_000_000),
+        ("dqn", "MountainCar-v0", -100.8, 120_000),
+        ("ppo", "Pendulum-v1", -172.2, 100_000),
+        ("sac", "Pendulum-v1", -157.0, 20_000),
+        ("td3", "Pendulum-v1", -151.9, 20_000),
+        ("ppo", "MountainCarContinuous-v0", 88.3, 20_000),
+        ("sac", "MountainCarContinuous-v0", 94.7, 50_000),
+        ("td3", "MountainCarContinuous-v0", 93.5, 300_000),
+    )
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class Row:
@@ -112,20 +142,36 @@ def row_name(row: Row) -> str:
 # ============================================================================ child
 
 
-def config_for(row: Row):
+def parse_overrides(text: str | None) -> dict:
+    """``"name=value name=value"`` (values as Python literals, else strings) as a dict."""
+    overrides = {}
+    for item in (text or "").split():
+        name, _, value = item.partition("=")
+        try:
+            overrides[name] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            overrides[name] = value
+    return overrides
+
+
+def config_for(row: Row, overrides: dict | None = None):
     """The row's Config: the algorithm's preset for the env at the row's budget, with the
-    table's evaluations and no progress reports."""
+    table's evaluations, no progress reports, and ``overrides``."""
     module = importlib.import_module(f"jaxrl.algorithms.{row.algorithm}")
     return module, module.preset(
-        row.env_id, total_timesteps=row.budget, num_evals=EVALS, eval_episodes=EVAL_EPISODES, num_reports=0
+        row.env_id,
+        **{**(overrides or {}), "total_timesteps": row.budget},
+        num_evals=EVALS,
+        eval_episodes=EVAL_EPISODES,
+        num_reports=0,
     )
 
 
-def measure_row(jax, row: Row, seeds: int, seed: int) -> dict:
+def measure_row(jax, row: Row, seeds: int, seed: int, overrides: dict | None = None) -> dict:
     import numpy as np
     from _harness import phase
 
-    module, config = config_for(row)
+    module, config = config_for(row, overrides)
     keys = jax.random.split(jax.random.key(seed), seeds)
     phase("compiling")
     start = time.perf_counter()
@@ -151,8 +197,8 @@ def measure_row(jax, row: Row, seeds: int, seed: int) -> dict:
 
 
 def iqm(values) -> float:
-    """The interquartile mean: the mean of the middle half (a quarter trimmed off each
-    end, fractionally where the count is not a multiple of 4; Agarwal et al., 2021)."""
+    """The interquartile mean (Agarwal et al., 2021): the mean after trimming a quarter of
+    the values, rounded down, off each end (``scipy.stats.trim_mean``, as rliable does)."""
     import numpy as np
     from scipy import stats
 
@@ -180,15 +226,56 @@ def summarise(result: dict, row: Row, rng) -> dict:
     reached_at = [
         result["eval_steps"][int(np.argmax(seed >= reference))] for seed in evals if (seed >= reference).any()
     ]
+    zoo = ZOO.get((row.algorithm, row.env_id))
     return dict(
         iqm=iqm(final),
         ci=bootstrap_ci(final, rng),
         reached=int(np.sum(final >= reference)),
         steps_to_reference=float(np.median(reached_at)) if reached_at else None,
+        reached_zoo=None if zoo is None else int(np.sum(final >= zoo.value)),
     )
 
 
 # ============================================================================ parent
+
+
+def load_results(path: str) -> list[dict]:
+    """The raw results a ``--markdown`` file of this script holds (after "Raw results:")."""
+    import json
+
+    text = open(path).read()
+    block = text[text.index("Raw results:") :]
+    return json.loads(block[block.index("```json") + len("```json") : block.rindex("```")])
+
+
+def table_rows(rows, results, rng) -> list[list[str]]:
+    """One table row per ``(row, result)``, each result's seeds counted from the result."""
+    table = []
+    for row, result in zip(rows, results, strict=True):
+        ref = REFERENCES[row.env_id]
+        reference = f"{ref.value:g} at {ref.budget:,} ({ref.source})"
+        zoo = ZOO.get((row.algorithm, row.env_id))
+        zoo_reference = "-" if zoo is None else f"{zoo.value:g} at {zoo.budget:,}"
+        head = [row.algorithm, row.env_id, f"{row.budget:,}"]
+        if "error" in result:
+            table.append(head + [result["error"][:80], "-", "-", reference, zoo_reference, "-", "-"])
+            continue
+        s = summarise(result, row, rng)
+        result["summary"] = s
+        seeds = result["seeds"]
+        table.append(
+            head
+            + [
+                f"{s['iqm']:.1f} [{s['ci'][0]:.1f}, {s['ci'][1]:.1f}]",
+                f"{s['reached']}/{seeds}",
+                fmt(s["steps_to_reference"], ",.0f"),
+                reference,
+                zoo_reference,
+                "-" if s["reached_zoo"] is None else f"{s['reached_zoo']}/{seeds}",
+                f"{result['compile_s'] + result['run_s']:.0f}",
+            ]
+        )
+    return table
 
 
 def main(argv=None) -> int:
@@ -198,61 +285,63 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="only the rows marked quick")
     parser.add_argument("--seeds", type=int, default=4, help="seeds per row (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="base PRNG seed (default: %(default)s)")
+    parser.add_argument("--set", metavar='"NAME=VALUE ..."', help="change these preset fields in every selected row")
+    parser.add_argument(
+        "--render",
+        nargs="+",
+        metavar="MD",
+        help="measure nothing: tabulate the raw results of earlier --markdown files",
+    )
     add_common_arguments(parser, ("ALGO", "ENV", "BUDGET", "SEEDS", "SEED"), runs=False, timeout=6 * 3600)
     args = parser.parse_args(argv)
     if args.one:
         algorithm, env_id, budget, seeds, seed = args.one
         row = Row(algorithm, env_id, int(budget))
         result = dict(algorithm=algorithm, env_id=env_id, budget=int(budget), seeds=int(seeds))
-        measure_and_emit(result, lambda jax: measure_row(jax, row, int(seeds), int(seed)))
+        overrides = parse_overrides(args.set)
+        measure_and_emit(result, lambda jax: measure_row(jax, row, int(seeds), int(seed), overrides))
         return 0
 
-    rows = [
-        r
-        for r in ROWS
-        if (not args.quick or r.quick)
-        and (not args.algos or r.algorithm in args.algos)
-        and (not args.envs or r.env_id in args.envs)
-    ]
+    def selected(row: Row) -> bool:
+        return (
+            (not args.quick or row.quick)
+            and (not args.algos or row.algorithm in args.algos)
+            and (not args.envs or row.env_id in args.envs)
+        )
+
+    if args.render:
+        loaded = {}  # a row measured in several files: the last file's result
+        for path in args.render:
+            for result in load_results(path):
+                loaded[Row(result["algorithm"], result["env_id"], int(result["budget"]))] = result
+        pairs = [(row, result) for row, result in loaded.items() if selected(row)]
+        order = {(r.algorithm, r.env_id): n for n, r in enumerate(ROWS)}  # the table's own order
+        pairs.sort(key=lambda pair: order.get((pair[0].algorithm, pair[0].env_id), len(order)))
+        rows, results = [row for row, _ in pairs], [result for _, result in pairs]
+    else:
+        rows = [row for row in ROWS if selected(row)]
+
+        def measure(row):
+            key = dict(algorithm=row.algorithm, env_id=row.env_id, budget=row.budget, seeds=args.seeds, seed=args.seed)
+            return measure_in_child(__file__, key, args, options=("set",))
+
+        results = measure_plan(rows, measure, row_name) if rows else []
     if not rows:
         parser.error("no row matches")
 
-    def measure(row):
-        key = dict(algorithm=row.algorithm, env_id=row.env_id, budget=row.budget, seeds=args.seeds, seed=args.seed)
-        return measure_in_child(__file__, key, args)
-
     import numpy as np
 
-    results = measure_plan(rows, measure, row_name)
-    rng = np.random.default_rng(0)
     headers = ["algorithm", "env", "budget", "final return: IQM [95% CI]", "reached", "steps to ref", "reference",
-               "wall s"]  # fmt: skip
-    table = []
-    for row, result in zip(rows, results):
-        ref = REFERENCES[row.env_id]
-        reference = f"{ref.value:g} at {ref.budget:,} ({ref.source})"
-        if "error" in result:
-            table.append([row.algorithm, row.env_id, f"{row.budget:,}", result["error"][:80], "-", "-", reference, "-"])
-            continue
-        s = summarise(result, row, rng)
-        result["summary"] = s
-        table.append(
-            [
-                row.algorithm,
-                row.env_id,
-                f"{row.budget:,}",
-                f"{s['iqm']:.1f} [{s['ci'][0]:.1f}, {s['ci'][1]:.1f}]",
-                f"{s['reached']}/{args.seeds}",
-                fmt(s["steps_to_reference"], ",.0f"),
-                reference,
-                f"{result['compile_s'] + result['run_s']:.0f}",
-            ]
-        )
+               "zoo", "reached zoo", "wall s"]  # fmt: skip
+    table = table_rows(rows, results, np.random.default_rng(0))
     notes = [
-        f"{args.seeds} seeds per row, vmapped in one program; deterministic evaluation on {EVAL_EPISODES} episodes at "
-        f"{EVALS} points of each run; the final return is the last evaluation.",
-        "Settings: each algorithm's preset(env_id) with the row's budget (printed in the raw results).",
+        f"{EVAL_EPISODES}-episode deterministic evaluations at {EVALS} points of each run, a row's seeds "
+        "vmapped in one program; the final return is the last evaluation.",
+        "Settings: each algorithm's preset(env_id) with the row's budget (printed in the raw results)"
+        + (f", and {args.set}." if args.set else "."),
     ]
+    if args.render:
+        notes.append("Tabulated from the raw results of: " + ", ".join(args.render))
     report(
         f"Learning table ({'--quick rows' if args.quick else 'selected rows'})",
         headers,
@@ -260,7 +349,7 @@ def main(argv=None) -> int:
         notes,
         results,
         args.markdown,
-        left=(0, 1, 6),
+        left=(0, 1, 6, 7),
     )
     return 0
 

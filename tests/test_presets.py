@@ -54,3 +54,29 @@ def test_td3_preset_solves_mountain_car_continuous():
     4 seeds; with Gaussian noise TD3 learns to stand still (0)."""
     final = final_returns(td3, td3.preset("MountainCarContinuous-v0", **EVAL))
     assert np.sum(final >= 85) >= 3, final
+
+
+def test_learning_table_statistics_against_numpy():
+    """The table's IQM (a quarter of the seeds, rounded down, trimmed off each end), its
+    seeds-at-reference count and steps to the reference, on hand-made evaluations; and
+    ``--set``'s parsing."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    import learning_table
+
+    rng = np.random.default_rng(0)
+    for n in (4, 5, 8):
+        values = rng.normal(size=n)
+        cut = n // 4
+        assert learning_table.iqm(values) == pytest.approx(np.sort(values)[cut : n - cut].mean())
+    row = learning_table.Row("ppo", "CartPole-v1", 300)
+    result = {"eval_returns": [[100, 500, 500], [100, 200, 499], [500, 400, 500]], "eval_steps": [100, 200, 300]}
+    summary = learning_table.summarise(result, row, rng)
+    assert summary["reached"] == 2 and summary["steps_to_reference"] == 150  # median of 200 and 100
+    assert summary["reached_zoo"] == 2  # rl-baselines3-zoo's PPO: 500 too
+    low, high = summary["ci"]
+    assert 499 <= low <= summary["iqm"] <= high <= 500
+    overrides = learning_table.parse_overrides("n_step=3 hidden_sizes=(256,256) exploration=ou")
+    assert overrides == {"n_step": 3, "hidden_sizes": (256, 256), "exploration": "ou"}
