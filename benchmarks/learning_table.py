@@ -117,7 +117,7 @@ ROWS = (
     *(Row(a, "Acrobot-v1", 500_000) for a in DISCRETE),
     Row("ppo", "MountainCar-v0", 1_000_000, quick=True),
     Row("dqn", "MountainCar-v0", 250_000),
-    Row("a2c", "MountainCar-v0", 250_000),
+    Row("a2c", "MountainCar-v0", 1_000_000),
     *(Row(a, "Pendulum-v1", 300_000 if a == "ppo" else 50_000) for a in CONTINUOUS),
     Row("td3", "MountainCarContinuous-v0", 60_000, quick=True),
     Row("ppo", "MountainCarContinuous-v0", 300_000),

@@ -46,6 +46,7 @@ HAND_WRITTEN = (
     "investigations/es_alphazero.md",
     "investigations/multiagent.md",
     "investigations/learning_table.md",
+    "investigations/gsde.md",
 )
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "gymnax", "numpy", "rejax", "flashbax", "gymnasium")
 

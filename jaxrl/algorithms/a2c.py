@@ -114,6 +114,16 @@ PRESETS = {
     # No entropy bonus and a learning rate of 3e-3 (the defaults otherwise): a hand sweep
     # at gymnax-blines' 150k-step budget, in benchmarks/RESULTS.md's learning table.
     "CartPole-v1": dict(total_timesteps=150_000, ent_coef=0.0, learning_rate=3e-3),
+    # rl-baselines3-zoo's A2C for MountainCar-v0 normalises observations, has no entropy
+    # bonus and trains 1M steps; GAE lambda 0.98 (PPO's MountainCar preset) and a learning
+    # rate of 3e-3 from a hand sweep there (benchmarks/RESULTS.md's learning table).
+    "MountainCar-v0": dict(
+        total_timesteps=1_000_000,
+        normalize_observations=True,
+        ent_coef=0.0,
+        gae_lambda=0.98,
+        learning_rate=3e-3,
+    ),
 }
 
 
