@@ -313,10 +313,11 @@ def main(argv=None) -> int:
         loaded = {}  # a row measured in several files: the last file's result
         for path in args.render:
             for result in load_results(path):
-                loaded[Row(result["algorithm"], result["env_id"], int(result["budget"]))] = result
-        pairs = [(row, result) for row, result in loaded.items() if selected(row)]
-        order = {(r.algorithm, r.env_id): n for n, r in enumerate(ROWS)}  # the table's own order
-        pairs.sort(key=lambda pair: order.get((pair[0].algorithm, pair[0].env_id), len(order)))
+                loaded[result["algorithm"], result["env_id"], int(result["budget"])] = result
+        current = {(r.algorithm, r.env_id, r.budget): r for r in ROWS}  # results of rows the table still has
+        pairs = [(current[key], result) for key, result in loaded.items() if key in current]
+        pairs = [(row, result) for row, result in pairs if selected(row)]
+        pairs.sort(key=lambda pair: ROWS.index(pair[0]))
         rows, results = [row for row, _ in pairs], [result for _, result in pairs]
     else:
         rows = [row for row in ROWS if selected(row)]
