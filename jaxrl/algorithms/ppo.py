@@ -98,7 +98,23 @@ class Config(onpolicy.Config):
         require_range(self, "clip_eps", 0.0, float("inf"), low_open=True)
 
 
+# gymnax-blines' PPO for the MinAtar games (agents/<game>-MinAtar/ppo.yaml): 64 envs x 128
+# steps, 8 minibatches, 4 epochs, a constant learning rate of 5e-4 (theirs warms up over
+# the first 5% of updates), gamma 0.999, 256x256 layers on the flattened image, 10M steps.
+MINATAR = dict(
+    num_envs=64,
+    num_steps=128,
+    num_minibatches=8,
+    num_epochs=4,
+    total_timesteps=10_000_000,
+    learning_rate=5e-4,
+    anneal_lr=False,
+    gamma=0.999,
+    hidden_sizes=(256, 256),
+)
+
 PRESETS = {
+    **{f"{game}-MinAtar": MINATAR for game in ("Asterix", "Breakout", "Freeway", "SpaceInvaders")},
     # rl-baselines3-zoo's PPO for CartPole-v1 (hyperparams/ppo.yml: 8 envs x 32 steps, one
     # minibatch, 20 epochs, GAE lambda 0.8, gamma 0.98, no entropy bonus, learning rate 1e-3
     # annealed; the zoo anneals the clip range too, ours stays 0.2) at gymnax-blines'
