@@ -1,5 +1,5 @@
 """Sweep scaling: PPO on CartPole-v1 as 1, 4, 16 and 64 (setting x seed) lanes in one
-compiled program (``jaxrl.sweep.run``), against the same lanes trained one by one.
+compiled program (``jaxrl.workflow.sweep.run``), against the same lanes trained one by one.
 
     python benchmarks/sweep_scaling.py                         # lanes 1 4 16 64, 32,768 env steps per lane
     python benchmarks/sweep_scaling.py --lanes 1 4 --total-timesteps 16384 --plot sweep.png
@@ -10,14 +10,14 @@ Lanes: 1 = one learning rate x 1 seed; L >= 4 = L / 4 learning rates (log-spaced
 [1e-4, 3e-3]) x 4 seeds. Every lane runs ``ppo.Config`` (PureJaxRL's CartPole settings)
 with ``total_timesteps`` from the command line.
 
-* sweep: ``jaxrl.sweep.run``, i.e. ``jit(vmap(ppo.train))`` over the lanes; compile time is
+* sweep: ``jaxrl.workflow.sweep.run``, i.e. ``jit(vmap(ppo.train))`` over the lanes; compile time is
   ``lower`` + ``compile``, run time the compiled call until ``block_until_ready``.
 * one by one: ``jax.jit(ppo.train)`` compiled once, before all rows (the learning rate
   is a traced field, so every lane reuses it; its compile time is printed below the
   table), then each lane called in turn; run time is the sum.
 
-* sharded (``--devices N``): the same ``jaxrl.sweep.run``, its lanes split over N
-  devices (``jaxrl.distributed``); on a CPU those are N forced host devices
+* sharded (``--devices N``): the same ``jaxrl.workflow.sweep.run``, its lanes split over N
+  devices (``jaxrl.workflow.distributed``); on a CPU those are N forced host devices
   (``--xla_force_host_platform_device_count``), so it runs in a subprocess started
   with that flag, after the other measurements.
 
@@ -41,8 +41,8 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 from _harness import machine_info, report  # noqa: E402
 
-from jaxrl import sweep  # noqa: E402
 from jaxrl.algorithms import ppo  # noqa: E402
+from jaxrl.workflow import sweep  # noqa: E402
 
 SEEDS_PER_SETTING = 4
 
@@ -198,7 +198,7 @@ def main(argv=None) -> int:
     if args.devices > 1:
         notes.append(f"sharded: the sweep split over {results[0]['devices']} devices, in a subprocess")
     report(
-        "Sweep scaling: PPO on CartPole-v1 as lanes of one program (jaxrl.sweep) or one by one",
+        "Sweep scaling: PPO on CartPole-v1 as lanes of one program (jaxrl.workflow.sweep) or one by one",
         headers,
         [row(r) for r in results],
         notes,
@@ -214,7 +214,7 @@ def main(argv=None) -> int:
 
         figure, axes = plt.subplots(figsize=(6, 4))
         lanes = [r["lanes"] for r in results]
-        axes.plot(lanes, [r["sweep_rate"] for r in results], "o-", label="one program (jaxrl.sweep)")
+        axes.plot(lanes, [r["sweep_rate"] for r in results], "o-", label="one program (jaxrl.workflow.sweep)")
         axes.plot(lanes, [r["single_rate"] for r in results], "s--", label="lanes one by one")
         if args.devices > 1:
             axes.plot(lanes, [r["sharded_rate"] for r in results], "^-", label=f"one program on {args.devices} devices")

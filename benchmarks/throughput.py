@@ -483,7 +483,7 @@ def random_dataset(jax, config, size: int = 10_000):
 def run_jaxrl(jax, entry: Entry, seeds: int, args) -> dict:
     import numpy as np
 
-    from jaxrl import metrics
+    from jaxrl.workflow import metrics
 
     module, config = jaxrl_config(entry, args.quick)
     keys = jax.random.split(jax.random.key(args.seed), seeds)
@@ -611,10 +611,10 @@ def onpolicy_passes(jax, module, config, spec):
     bootstrap values as two-step sequences from each step's stored carry, and the learner
     over sequences of ``chunk_length`` steps from the carry stored at their first step.
     Observations may be pytrees, and with ``multi_agent`` carry an agent axis ``[N, A, ...]``
-    (IPPO, MAPPO): the passes are then ``jaxrl.onpolicy.apply_network``'s, one for all agents."""
+    (IPPO, MAPPO): the passes are then ``jaxrl.algorithms.onpolicy.apply_network``'s, one for all agents."""
     import jax.numpy as jnp
 
-    from jaxrl import onpolicy
+    from jaxrl.algorithms import onpolicy
 
     epochs, minibatches = getattr(config, "num_epochs", 1), getattr(config, "num_minibatches", 1)
     recurrent = config.memory != "none"

@@ -10,9 +10,9 @@ The cells: CartPole with 200-step episodes (``CartPole-v1`` with
 ``max_steps_in_episode=200``, the classic v0 task), solved at 195, for PG (REINFORCE),
 DQN, A2C and PPO; Pendulum-v1, solved at -250, for PPO, DDPG, TD3 and SAC. "Solved" is
 the thesis's rule: the mean return of the last 100 finished *training* episodes reaches
-the threshold (``jaxrl.metrics.recent_episode_return``). The 5 seeds train together, as
-one vmapped program run in chunks by ``jaxrl.runner.run``, which checks the rule between
-chunks (``jaxrl.metrics.Target``) and stops once every seed is solved.
+the threshold (``jaxrl.workflow.metrics.recent_episode_return``). The 5 seeds train together, as
+one vmapped program run in chunks by ``jaxrl.workflow.runner.run``, which checks the rule between
+chunks (``jaxrl.workflow.metrics.Target``) and stops once every seed is solved.
 
 Each measurement is a fresh Python process. Time = from the process's start (interpreter
 and JAX start-up included) until every seed is solved; compile s (tracing, lowering and
@@ -136,7 +136,7 @@ def measure_cell(name: str, cache_dir: str, items: list[str], seed: int):
             jax.config.update("jax_compilation_cache_dir", cache_dir)
             jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
             jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-        from jaxrl import cli, metrics, runner
+        from jaxrl.workflow import cli, metrics, runner
 
         module = importlib.import_module(f"jaxrl.algorithms.{cell.algorithm}")
         overrides = cli.parse_overrides(module.Config, [item.split("=", 1) for item in items], cell.algorithm)

@@ -1,3 +1,3 @@
-from jaxrl.cli import main
+from jaxrl.workflow.cli import main
 
 raise SystemExit(main())

@@ -9,10 +9,12 @@ program); numeric hyper-parameters are ordinary pytree leaves, so they can be tr
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import numbers
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
@@ -94,3 +96,46 @@ def sweep_axes(config):
         out = jax.vmap(ppo.train, in_axes=(None, sweep_axes(configs)))(key, configs)
     """
     return jax.tree.map(lambda leaf: 0 if np.ndim(leaf) >= 1 else None, config)
+
+
+def swept_config(config, settings: dict):
+    """``config`` with each swept field replaced by its ``[C]`` array of values, after
+    checking the fields exist, are traced, and all have ``C`` values."""
+    fields = {f.name: f for f in dataclasses.fields(config)}
+    static = set(static_fields(config))
+    lengths = set()
+    replacements = {}
+    for name, values in settings.items():
+        if name not in fields:
+            close = difflib.get_close_matches(name, fields, n=3)
+            hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            raise ValueError(f"{type(config).__qualname__} has no field {name!r}.{hint}")
+        if name in static:
+            raise ValueError(
+                f"{name!r} is a static field of {type(config).__qualname__} (it fixes a shape or the program's "
+                f"structure), so it cannot be swept inside one compiled program: loop over its values on the host, "
+                f"e.g. [sweep.run(algorithm, config.replace({name}=v), settings) for v in values]"
+            )
+        default = getattr(config, name)
+        if isinstance(default, bool) or not isinstance(default, (int, float)):
+            raise ValueError(f"{name!r} holds {default!r}; only numeric fields can be swept")
+        dtype = jnp.int32 if isinstance(default, int) else jnp.float32
+        array = np.asarray(values)
+        if array.ndim != 1 or array.size == 0:
+            raise ValueError(f"values for {name!r} must be a non-empty 1-D list, got shape {array.shape}")
+        lengths.add(array.size)
+        replacements[name] = jnp.asarray(array, dtype)
+    if not replacements:
+        raise ValueError("settings must name at least one field to sweep")
+    if len(lengths) > 1:
+        raise ValueError(
+            f"every swept field needs the same number of values (one per setting), got "
+            f"{ {name: int(v.size) for name, v in replacements.items()} }"
+        )
+    try:  # the config's own range checks, on every value
+        configs = config.replace(**replacements)
+        if hasattr(configs, "check_traced"):
+            configs.check_traced()
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"a swept value is out of range: {error}") from None
+    return configs

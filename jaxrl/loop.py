@@ -3,18 +3,49 @@ deterministic evaluation and progress reports, all inside one compiled program."
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from jaxrl import logging as jaxrl_logging
 from jaxrl.types import TrainOutput
 
 # Reported where a step's metrics have them: env steps for RL, gradient ``updates`` for
 # learning from a fixed dataset (behaviour cloning).
 REPORTED = ("timesteps", "updates", "episode_return", "eval_return")
+
+
+# ----------------------------------------------------------------------------- progress reports
+
+_sinks: list[Callable[[dict], None]] = []
+
+
+def report(metrics: dict) -> None:
+    """Send a dict of scalars (e.g. ``timesteps``, ``episode_return``) to the host sinks.
+
+    Safe under ``jit``, ``scan`` and ``vmap`` (under ``vmap`` each lane reports)."""
+    jax.debug.callback(_dispatch, metrics)
+
+
+def _dispatch(metrics: dict) -> None:
+    if not _sinks:
+        return
+    values = {k: np.asarray(v) for k, v in metrics.items()}
+    for sink in list(_sinks):
+        sink(values)
+
+
+@contextlib.contextmanager
+def sink(fn: Callable[[dict], None]):
+    """Activate ``fn(metrics)`` as a sink for reports made while the context is open."""
+    _sinks.append(fn)
+    try:
+        yield fn
+    finally:
+        _sinks.remove(fn)
 
 
 def is_checkpoint(iteration: jax.Array, num_iterations: int, count: int) -> jax.Array:
@@ -46,7 +77,7 @@ def no_inputs() -> tuple:
 
 class Program(NamedTuple):
     """A training run, in the pieces that :func:`train` fuses into one scan and
-    :mod:`jaxrl.runner` drives in chunks, and the facts about it that the runner needs.
+    :mod:`jaxrl.workflow.runner` drives in chunks, and the facts about it that the runner needs.
     Every algorithm's ``program(config)`` builds one.
 
     Attributes:
@@ -58,7 +89,7 @@ class Program(NamedTuple):
       num_iterations: iterations in the whole run (schedules depend on it).
       num_evals: evaluations, spread evenly over the run; ``eval_return`` /
         ``eval_length`` are NaN between them.
-      num_reports: progress reports (:func:`jaxrl.logging.report`) over the run.
+      num_reports: progress reports (:func:`report`) over the run.
       counter: the metric that counts the run's progress: ``"timesteps"`` (env steps)
         or ``"updates"`` (gradient updates, for learning from a fixed dataset).
       budget: the ``counter``'s value the run is configured to reach.
@@ -115,7 +146,7 @@ def iterate(program: Program, state, run_key: jax.Array, start, length: int):
         if program.num_reports:
             jax.lax.cond(
                 is_checkpoint(index, program.num_iterations, program.num_reports),
-                lambda: jaxrl_logging.report({k: metrics[k] for k in REPORTED if k in metrics}),
+                lambda: report({k: metrics[k] for k in REPORTED if k in metrics}),
                 lambda: None,
             )
         return state, metrics

@@ -3,7 +3,6 @@ actor-critic and Q heads, noisy layers."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -12,6 +11,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jaxrl.envs.spec import OneHot  # an observation layout: the spec says what each leaf is
 
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "elu": nn.elu, "silu": nn.silu}
 
@@ -54,15 +55,6 @@ def orthogonal(scale: float = np.sqrt(2.0)):
         return (scale * q).reshape(shape).astype(dtype)
 
     return init
-
-
-@dataclasses.dataclass(frozen=True)
-class OneHot:
-    """The layout of an observation leaf that is one of ``num_classes`` categories (a
-    Discrete space's int scalar): it enters a network one-hot, so the first dense layer
-    is a learned embedding of the category rather than a weight on its index."""
-
-    num_classes: int
 
 
 def obs_leaves(obs, obs_ndim) -> list[tuple[jax.Array, int | OneHot]]:

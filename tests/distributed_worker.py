@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 
-from jaxrl import distributed
+from jaxrl.workflow import distributed
 
 if sys.argv[1] == "process":  # must precede any JAX computation
     distributed.initialize(f"localhost:{sys.argv[2]}", num_processes=2, process_id=int(sys.argv[3]))

@@ -12,7 +12,7 @@ TESTS = pathlib.Path(__file__).parent
 SCRIPT = """
 import os, sys
 sys.path.insert(0, {tests!r})
-from jaxrl import rundir
+from jaxrl.workflow import rundir
 import {module} as t
 
 save = rundir.RunDir.save

@@ -11,8 +11,8 @@ import numpy as np
 import optax
 import pytest
 
-from jaxrl import onpolicy, sweep_axes
-from jaxrl.algorithms import a2c, get, impala, reinforce
+from jaxrl import sweep_axes
+from jaxrl.algorithms import a2c, get, impala, onpolicy, reinforce
 from jaxrl.types import Trajectory
 
 CARTPOLE_200 = {"max_steps_in_episode": 200}

@@ -16,9 +16,10 @@ import pytest
 mctx = pytest.importorskip("mctx")
 pytest.importorskip("pgx")
 
-from jaxrl import cli, envs, evaluation, runner  # noqa: E402
+from jaxrl import envs, evaluation  # noqa: E402
 from jaxrl.algorithms import alphazero as az  # noqa: E402
 from jaxrl.config import sweep_axes  # noqa: E402
+from jaxrl.workflow import cli, runner  # noqa: E402
 
 SMALL = az.Config(
     num_games=4,

@@ -15,8 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl import cli, data, sweep_axes
+from jaxrl import data, sweep_axes
 from jaxrl.algorithms import bc, get, ppo
+from jaxrl.workflow import cli
 
 SMALL = bc.Config(
     env_id="CartPole-v1", num_updates=6, batch_size=16, hidden_sizes=(8,), num_evals=2, eval_episodes=2, num_reports=0

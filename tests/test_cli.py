@@ -19,8 +19,8 @@ def run(*args, timeout=600):
 def test_help_lists_every_config_field_with_its_default(name, capsys):
     import dataclasses
 
-    from jaxrl import cli
     from jaxrl.algorithms import get
+    from jaxrl.workflow import cli
 
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["train", name, "--help"])
@@ -55,7 +55,7 @@ def test_help_lists_every_config_field_with_its_default(name, capsys):
 def test_bad_input_is_one_line_and_exit_status_2(args, message, capsys):
     """In-process (a subprocess per case would pay JAX's start-up each time); the
     subprocess path is checked once below."""
-    from jaxrl import cli
+    from jaxrl.workflow import cli
 
     assert cli.main(list(args)) == 2
     stderr = capsys.readouterr().err
@@ -102,7 +102,7 @@ def test_tiny_training_run_prints_a_table(tmp_path):
 
 def test_variant_flag_starts_from_the_named_settings():
     from jaxrl.algorithms import dqn
-    from jaxrl.cli import build_parser, make_config
+    from jaxrl.workflow.cli import build_parser, make_config
 
     args = build_parser().parse_args(["train", "dqn", "--variant", "rainbow", "--set", "n_step=5"])
     config = make_config(dqn, args)

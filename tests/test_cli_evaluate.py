@@ -1,4 +1,4 @@
-"""``python -m jaxrl evaluate`` and ``record`` on saved runs (jaxrl.saved): repeating a
+"""``python -m jaxrl evaluate`` and ``record`` on saved runs (jaxrl.workflow.saved): repeating a
 run's own last evaluation exactly, fresh evaluations, recurrent policies, video of a
 Gymnasium env, a recorded dataset that behaviour cloning learns from, and one-line
 errors with exit status 2.
@@ -17,7 +17,8 @@ import jax
 import numpy as np
 import pytest
 
-from jaxrl import cli, data, saved
+from jaxrl import data
+from jaxrl.workflow import cli, saved
 
 SEEDS = 2
 # PPO on CartPole-v1: 64 iterations of 8 envs x 64 steps (16 per chunk, a checkpoint

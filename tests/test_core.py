@@ -194,7 +194,7 @@ import shutil, sys
 import jax
 jax.config.update("jax_default_prng_impl", "unsafe_rbg")
 import numpy as np
-from jaxrl import runner
+from jaxrl.workflow import runner
 from jaxrl.algorithms import dqn
 
 def plain(leaf):

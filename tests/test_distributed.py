@@ -1,4 +1,4 @@
-"""jaxrl.distributed: lanes and one run's env batch split over devices, and over two
+"""jaxrl.workflow.distributed: lanes and one run's env batch split over devices, and over two
 processes, give the results of the unsharded programs.
 
 The training happens in subprocesses (tests/distributed_worker.py), so that this
@@ -19,7 +19,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxrl import distributed
+from jaxrl.workflow import distributed
 
 WORKER = os.path.join(os.path.dirname(__file__), "distributed_worker.py")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -98,7 +98,7 @@ def test_on_4_devices_seeds_and_env_batch_equal_the_unsharded_runs_and_bad_input
         "env_batch_traced": r"num_envs=6 must be a multiple of the mesh's 4 devices",
         "no_env_batch": r"data parallelism shards the env batch, but dict has no env_state / obs",
         "keys": r"keys must be a 1-D array of typed keys",
-        "swept_config": r"config has array leaves \(a sweep\): use jaxrl.sweep.run",
+        "swept_config": r"config has array leaves \(a sweep\): use jaxrl.workflow.sweep.run",
         "mesh": r"mesh must be a jax.sharding.Mesh, got list",
     }
     for case, message in expected.items():

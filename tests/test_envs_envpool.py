@@ -9,8 +9,9 @@ envpool = pytest.importorskip("envpool")
 
 from interrupt import kill_after_checkpoints  # noqa: E402
 
-from jaxrl import envs, runner  # noqa: E402
+from jaxrl import envs  # noqa: E402
 from jaxrl.algorithms import dqn, ppo  # noqa: E402
+from jaxrl.workflow import runner  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*precision lowered.*")
 

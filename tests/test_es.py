@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl import cli, runner
 from jaxrl.algorithms import es, get
 from jaxrl.config import sweep_axes
+from jaxrl.workflow import cli, runner
 
 SMALL = es.Config(
     population_size=8,

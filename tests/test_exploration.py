@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl import offpolicy, rollout
-from jaxrl.algorithms import ddpg, td3
+from jaxrl import rollout
+from jaxrl.algorithms import ddpg, offpolicy, td3
 
 OU = dict(exploration="ou", exploration_noise=0.5, ou_theta=0.3, ou_dt=0.05, hidden_sizes=(8,), num_reports=0)
 

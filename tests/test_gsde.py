@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl import distributions, networks, offpolicy, rollout
-from jaxrl.algorithms import a2c, ippo, ppo, sac
+from jaxrl import distributions, networks, rollout
+from jaxrl.algorithms import a2c, ippo, offpolicy, ppo, sac
 from jaxrl.config import sweep_axes
 
 SMALL = dict(hidden_sizes=(8,), num_reports=0, use_sde=True)

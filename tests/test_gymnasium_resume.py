@@ -14,10 +14,10 @@ pytest.importorskip("gymnasium")
 
 from interrupt import kill_after_checkpoints  # noqa: E402
 
-from jaxrl import runner  # noqa: E402
 from jaxrl.algorithms import ppo  # noqa: E402
-from jaxrl.checkpoint import Checkpoints  # noqa: E402
 from jaxrl.envs import gymnasium as gymnasium_bridge  # noqa: E402
+from jaxrl.workflow import runner  # noqa: E402
+from jaxrl.workflow.checkpoint import Checkpoints  # noqa: E402
 
 # 8 iterations of 32 env steps, 4 chunks of 2.
 CONFIG = ppo.Config(

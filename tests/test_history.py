@@ -19,8 +19,9 @@ import pytest
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from jaxrl import cli, envs
+from jaxrl import envs
 from jaxrl.algorithms import dqn, ppo
+from jaxrl.workflow import cli
 
 N, T, LIMIT = 4, 40, 12  # envs, steps, time limit: random CartPole both terminates and truncates in T steps
 TINY = dict(num_envs=2, total_timesteps=64, hidden_sizes=(8,), num_evals=1, eval_episodes=1, num_reports=0)

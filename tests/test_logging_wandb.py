@@ -1,4 +1,4 @@
-"""The Weights & Biases run logger (jaxrl.logging.WandbLogger), offline: what it writes
+"""The Weights & Biases run logger (jaxrl.workflow.logging.WandbLogger), offline: what it writes
 is read back from the run's ``.wandb`` transaction log with wandb's own reader."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import sys
 import numpy as np
 import pytest
 
-from jaxrl import logging as jaxrl_logging
-from jaxrl import runner
 from jaxrl.algorithms import ppo
+from jaxrl.workflow import logging as jaxrl_logging
+from jaxrl.workflow import runner
 
 pytest.importorskip("wandb")
 

@@ -14,9 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl import envs, runner, sweep_axes
+from jaxrl import envs, sweep_axes
 from jaxrl.algorithms import dqn, iql, vdn
 from jaxrl.buffers import Index, replay, sumtree
+from jaxrl.workflow import runner
 
 A = 2  # MultiAgentClimbing-v0's agents
 

@@ -8,9 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl import cli, envs, evaluation, onpolicy, rollout, runner, sweep_axes
-from jaxrl.algorithms import get, ippo, mappo, ppo
+from jaxrl import envs, evaluation, rollout, sweep_axes
+from jaxrl.algorithms import get, ippo, mappo, onpolicy, ppo
 from jaxrl.envs import multiagent as ma
+from jaxrl.workflow import cli, runner
 
 SPREAD = "jaxmarl:MPE_simple_spread_v3"
 SMALL = dict(num_envs=4, num_steps=10, total_timesteps=4 * 10 * 4, num_epochs=2, num_minibatches=2,

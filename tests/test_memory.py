@@ -7,8 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl import networks, onpolicy, runner, sweep_axes
-from jaxrl.algorithms import a2c, dqn, ppo
+from jaxrl import networks, sweep_axes
+from jaxrl.algorithms import a2c, dqn, onpolicy, ppo
+from jaxrl.workflow import runner
 
 
 def sigmoid(x):

@@ -12,9 +12,10 @@ import pytest
 from flax import struct
 from gymnax.environments import environment, spaces
 
-from jaxrl import cli, envs, evaluation
+from jaxrl import envs, evaluation
 from jaxrl.algorithms import alphazero, bc, ddpg, dqn, es, impala, ppo, sac, td3
 from jaxrl.envs.spaces import MultiDiscrete
+from jaxrl.workflow import cli
 
 NVEC = (3, 2, 4)
 EPISODE = 4

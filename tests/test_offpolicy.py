@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl import envs, offpolicy, sweep_axes
-from jaxrl.algorithms import ddpg, get, sac, td3
+from jaxrl import envs, sweep_axes
+from jaxrl.algorithms import ddpg, get, offpolicy, sac, td3
 
 SMALL = dict(
     num_envs=2,

@@ -14,8 +14,8 @@ from gymnax.environments import environment, spaces
 from test_structured_obs import ENV_ID as CUE_ID
 from test_structured_obs import CueParams, MaskedCue
 
-from jaxrl import envs, offpolicy
-from jaxrl.algorithms import ddpg, sac, td3
+from jaxrl import envs
+from jaxrl.algorithms import ddpg, offpolicy, sac, td3
 
 EPISODE = 50
 SPEED = 0.1  # the largest move per axis and step

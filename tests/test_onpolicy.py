@@ -1,4 +1,4 @@
-"""Tests for ``jaxrl.onpolicy.shuffled_minibatches`` (PPO's minibatch shuffling).
+"""Tests for ``jaxrl.algorithms.onpolicy.shuffled_minibatches`` (PPO's minibatch shuffling).
 
 The checks: every row lands in exactly one minibatch slot, all leaves share one order,
 and over many keys each row is equally likely at each position (a chi-square test
@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl import onpolicy
+from jaxrl.algorithms import onpolicy
 
 
 @pytest.mark.parametrize("batch_size, num_minibatches", [(512, 4), (1000, 8), (70_000, 2)])

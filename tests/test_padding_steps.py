@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from flax import struct
 
-from jaxrl import data, envs, offpolicy, onpolicy, rollout
-from jaxrl.algorithms import a2c, dqn, impala, ppo, sac
+from jaxrl import data, envs, rollout
+from jaxrl.algorithms import a2c, dqn, impala, offpolicy, onpolicy, ppo, sac
 from jaxrl.buffers import replay
 
 

@@ -1,4 +1,4 @@
-"""Population-based training (jaxrl.pbt): the exploit/explore step, and a population on CartPole."""
+"""Population-based training (jaxrl.workflow.pbt): the exploit/explore step, and a population on CartPole."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from flax import struct
 
-from jaxrl import pbt
 from jaxrl.algorithms import ppo
+from jaxrl.workflow import pbt
 
 BOUNDS = {"learning_rate": (1e-4, 3e-3), "ent_coef": (1e-4, 0.05)}
 # 96 iterations of 256 env steps, in 8 rounds of 12.

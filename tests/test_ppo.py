@@ -247,7 +247,7 @@ def test_observation_statistics_live_in_params():
 
 
 def test_progress_reports_reach_host_sinks():
-    from jaxrl import logging as jaxrl_logging
+    from jaxrl.workflow import logging as jaxrl_logging
 
     config = SMALL.replace(num_reports=3)
     seen = []

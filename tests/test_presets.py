@@ -20,7 +20,8 @@ EVAL = dict(num_evals=1, eval_episodes=32, num_reports=0)
 
 
 def test_every_algorithm_has_presets_and_the_command_line_uses_them():
-    from jaxrl import algorithms, cli
+    from jaxrl import algorithms
+    from jaxrl.workflow import cli
 
     for name in algorithms.ALGORITHMS:
         module = get(name)

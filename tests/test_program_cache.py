@@ -1,4 +1,4 @@
-"""jaxrl.program_cache: the runner's programs saved on disk and loaded by a rerun.
+"""jaxrl.workflow.program_cache: the runner's programs saved on disk and loaded by a rerun.
 
 A run whose programs come from the cache must equal a run that traces them, bit for bit;
 the key must separate what changes the program; a damaged entry, or a program with host
@@ -20,9 +20,10 @@ import numpy as np
 import pytest
 from test_runner import leaves, small_bc_run
 
-from jaxrl import logging as jaxrl_logging
-from jaxrl import loop, metrics, program_cache, runner
+from jaxrl import loop
 from jaxrl.algorithms import bc, ppo
+from jaxrl.workflow import logging as jaxrl_logging
+from jaxrl.workflow import metrics, program_cache, runner
 
 SEEDS = 2
 CHUNK = 4
@@ -299,7 +300,8 @@ import jax
 jax.config.update("jax_compilation_cache_dir", {cache!r})
 sys.path.insert(0, {tests!r})
 import numpy as np
-from jaxrl import loop, runner
+from jaxrl import loop
+from jaxrl.workflow import runner
 from test_program_cache import CHUNK, SEEDS, leaves, make_config
 
 traces = []

@@ -419,7 +419,7 @@ def test_an_r2d2_run_resumes_bit_for_bit(tmp_path):
     memory: a run resumed from its second checkpoint equals the uninterrupted one."""
     import shutil
 
-    from jaxrl import runner
+    from jaxrl.workflow import runner
 
     config = CONFIG.replace(prioritized=True)
     kwargs = dict(seeds=2, chunk_iterations=1, checkpoint_every=1)

@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl import offpolicy, sweep_axes
-from jaxrl.algorithms import sac
+from jaxrl import sweep_axes
+from jaxrl.algorithms import offpolicy, sac
 
 L, BURN_IN, B, H = 7, 2, 3, 5
 
@@ -133,7 +133,7 @@ def reference_losses(actor, critic, target_critic, batch, alpha, target_eps, act
 
 
 def hand_made_batch(key):
-    """A batch of windows as :func:`jaxrl.offpolicy.sample_windows` returns it, with episode ends
+    """A batch of windows as :func:`jaxrl.algorithms.offpolicy.sample_windows` returns it, with episode ends
     inside: a termination and a truncation among the trained steps, a truncation in the
     burn-in (a reset at the first trained step) and one on the last step."""
     keys = jax.random.split(key, 6)

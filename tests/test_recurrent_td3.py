@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl import offpolicy, sweep_axes
-from jaxrl.algorithms import ddpg, td3
+from jaxrl import sweep_axes
+from jaxrl.algorithms import ddpg, offpolicy, td3
 
 L, BURN_IN, B, H = 7, 2, 3, 5
 
@@ -127,7 +127,7 @@ def reference_losses(nets, batch, target_eps):
 
 
 def hand_made_batch(key):
-    """A batch of windows as :func:`jaxrl.offpolicy.sample_windows` returns it, with episode ends
+    """A batch of windows as :func:`jaxrl.algorithms.offpolicy.sample_windows` returns it, with episode ends
     inside: a termination and a truncation among the trained steps, a truncation in the
     burn-in (a reset at the first trained step) and one on the last step."""
     keys = jax.random.split(key, 6)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from interrupt import kill_after_checkpoints
 
-from jaxrl import pbt, sweep
 from jaxrl.algorithms import ppo
+from jaxrl.workflow import pbt, sweep
 
 # 8 iterations of 64 env steps, 4 chunks of 2.
 SWEEP_CONFIG = ppo.Config(
@@ -177,7 +177,7 @@ def test_a_killed_population_resumes_to_the_uninterrupted_one(straight_pbt, tmp_
 
 @pytest.mark.parametrize("kind", ["sweep", "pbt"])
 def test_evaluate_repeats_the_final_evaluation_of_every_lane_or_member(kind, straight_sweep, straight_pbt):
-    from jaxrl import saved
+    from jaxrl.workflow import saved
 
     logdir, result = straight_sweep if kind == "sweep" else straight_pbt
     run = saved.load(logdir)
@@ -217,7 +217,7 @@ SMALL = [
 
 
 def test_cli_sweep_with_a_logdir_runs_in_chunks_and_resumes(tmp_path, capsys):
-    from jaxrl import cli
+    from jaxrl.workflow import cli
 
     logdir = tmp_path / "sweep"
     command = ["sweep", "ppo", "--total-timesteps", "512", *SMALL, "--grid", "lr=3e-4,3e-3", "--chunks", "4"]
@@ -232,7 +232,7 @@ def test_cli_sweep_with_a_logdir_runs_in_chunks_and_resumes(tmp_path, capsys):
 
 
 def test_cli_pbt_trains_a_population_and_logs_its_members(tmp_path, capsys):
-    from jaxrl import cli
+    from jaxrl.workflow import cli
 
     logdir = tmp_path / "pbt"
     command = ["pbt", "ppo", "--total-timesteps", "1024", *SMALL, "--bounds", "lr=1e-4:3e-3", "--population", "4"]
@@ -261,7 +261,7 @@ def test_cli_pbt_trains_a_population_and_logs_its_members(tmp_path, capsys):
     ],
 )
 def test_cli_pbt_bad_input_is_one_line_and_exit_status_2(args, message, capsys):
-    from jaxrl import cli
+    from jaxrl.workflow import cli
 
     assert cli.main(["pbt", "ppo", "--total-timesteps", "1024", *SMALL, "--interval", "4", *args]) == 2
     assert message in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Chunked training (jaxrl.runner), checkpoints (jaxrl.checkpoint), run loggers and plots.
+"""Chunked training (jaxrl.workflow.runner), checkpoints (jaxrl.workflow.checkpoint), run loggers and plots.
 
 The runs are tiny (a few thousand env steps) and share their compiled chunks through
 module-scoped fixtures; the crash-and-resume tests run the interrupted and the resumed
@@ -20,10 +20,10 @@ import jax
 import numpy as np
 import pytest
 
-from jaxrl import cli, metrics, runner
-from jaxrl import logging as jaxrl_logging
 from jaxrl.algorithms import a2c, dqn, ppo
-from jaxrl.checkpoint import Checkpoints
+from jaxrl.workflow import cli, metrics, runner
+from jaxrl.workflow import logging as jaxrl_logging
+from jaxrl.workflow.checkpoint import Checkpoints
 
 TESTS = pathlib.Path(__file__).parent
 CHUNK = 8  # iterations per chunk: every run below has 4 chunks
@@ -238,7 +238,7 @@ def test_plot_command_writes_a_png(ppo_run, tmp_path, capsys):
 
 
 def test_load_run_reads_back_the_metrics(ppo_run):
-    from jaxrl import plots
+    from jaxrl.workflow import plots
 
     logdir, result = ppo_run
     meta, rows = plots.load_run(str(logdir))
@@ -248,7 +248,7 @@ def test_load_run_reads_back_the_metrics(ppo_run):
 
 
 def test_confidence_band_contains_the_mean_and_narrows_with_agreement():
-    from jaxrl import plots
+    from jaxrl.workflow import plots
 
     rng = np.random.default_rng(1)
     spread = rng.normal(size=(10, 5))
@@ -386,7 +386,7 @@ sys.path.insert(0, {tests!r})
 import jax
 jax.config.update("jax_compilation_cache_dir", {cache!r})
 from orbax.checkpoint._src.path import atomicity
-from jaxrl import runner
+from jaxrl.workflow import runner
 from test_runner import CHUNK, SEEDS, make_config
 
 async def crash_on_second_commit(source, target):
@@ -407,7 +407,7 @@ import sys
 sys.path.insert(0, {tests!r})
 import jax, numpy as np
 jax.config.update("jax_compilation_cache_dir", {cache!r})
-from jaxrl import runner
+from jaxrl.workflow import runner
 from test_runner import CHUNK, SEEDS, leaves, make_config
 
 result = runner.run({name!r}, make_config({name!r}), seeds=SEEDS, chunk_iterations=CHUNK, metrics_every=2,
@@ -506,7 +506,7 @@ def test_an_interrupted_save_leaves_the_previous_checkpoint_loadable(tmp_path):
     code = f"""
     import os, signal, sys, threading, time
     import jax, numpy as np
-    from jaxrl.checkpoint import Checkpoints
+    from jaxrl.workflow.checkpoint import Checkpoints
     checkpoints = Checkpoints({str(directory)!r}, keep=5)
     small = {{"w": np.arange(10.0), "key": jax.random.key(3)}}
     checkpoints.save(1, small, meta={{"run": "a"}}, eval_return=1.0)
@@ -646,7 +646,7 @@ def test_runner_module_is_importable_without_the_extras():
     # (matplotlib is not optional in practice: gymnax imports it.)
     code = (
         "import sys; sys.modules['orbax'] = None; sys.modules['tensorboardX'] = None; "
-        "import jaxrl.runner, jaxrl.cli; print('ok')"
+        "import jaxrl.workflow.runner, jaxrl.workflow.cli; print('ok')"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env={**os.environ}

@@ -1,4 +1,4 @@
-"""Sweeps (jaxrl.sweep): grids, one compiled program for every lane, and the statistics."""
+"""Sweeps (jaxrl.workflow.sweep): grids, one compiled program for every lane, and the statistics."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import jax
 import numpy as np
 import pytest
 
-from jaxrl import cli, sweep
 from jaxrl.algorithms import ppo
+from jaxrl.workflow import cli, sweep
 
 # 8 iterations of 64 env steps: small enough to also run every lane on its own.
 CONFIG = ppo.Config(

@@ -17,8 +17,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl import onpolicy
-from jaxrl.algorithms import ppo
+from jaxrl.algorithms import onpolicy, ppo
 
 STEPS = 102_400
 

@@ -5,7 +5,7 @@
   :func:`jaxrl.config.static_fields`) and the field's trailing source comment. Every
   ``Config`` dataclass that autodoc documents gets this table appended to its docstring.
 * ``.. jaxrl-cli-help:: train ppo`` renders ``python -m jaxrl train ppo --help`` from
-  :func:`jaxrl.cli.build_parser`.
+  :func:`jaxrl.workflow.cli.build_parser`.
 * The notebooks in ``notebooks/`` are copied into ``docs/_notebooks`` (ignored by git)
   when the build starts, since a toctree cannot point outside the docs directory.
 """
@@ -218,7 +218,7 @@ class CliHelp(SphinxDirective):
     option_spec = {"width": directives.positive_int, "subcommands": directives.flag}
 
     def run(self) -> list[nodes.Node]:
-        from jaxrl import cli
+        from jaxrl.workflow import cli
 
         width = self.options.get("width", 100)
         parser = cli.build_parser()

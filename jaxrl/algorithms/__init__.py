@@ -1,6 +1,6 @@
 """Algorithms. Each module exposes ``Config``, ``init``, ``act``, ``update``, ``step``,
 ``train`` and ``program`` (the run as a :class:`jaxrl.loop.Program`, for
-:mod:`jaxrl.runner`); :func:`get` finds one by name."""
+:mod:`jaxrl.workflow.runner`); :func:`get` finds one by name."""
 
 from __future__ import annotations
 

@@ -35,13 +35,14 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxrl import envs, loop, onpolicy, optim, returns, rollout
+from jaxrl import envs, loop, optim, returns, rollout
+from jaxrl.algorithms import onpolicy
+from jaxrl.algorithms.onpolicy import State, act, evaluate, initial_carry, make_env, make_network, policy_and_value
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_range, static
-from jaxrl.onpolicy import State, act, evaluate, initial_carry, make_env, make_network, policy_and_value
 from jaxrl.rollout import masked_mean
 from jaxrl.types import TrainOutput, Trajectory
 
-__all__ = [  # the contract; act, evaluate, State ... are jaxrl.onpolicy's
+__all__ = [  # the contract; act, evaluate, State ... are jaxrl.algorithms.onpolicy's
     "Config",
     "PRESETS",
     "preset",
@@ -67,7 +68,7 @@ ADVANTAGES = ("gae", "monte_carlo", "vtrace")
 
 @struct.dataclass
 class Config(onpolicy.Config):
-    """A2C settings: :class:`jaxrl.onpolicy.Config`'s, with A2C's defaults, plus the
+    """A2C settings: :class:`jaxrl.algorithms.onpolicy.Config`'s, with A2C's defaults, plus the
     estimator, the policy lag and V-trace's truncation. Static fields fix the program;
     the rest can be traced and vmapped."""
 
@@ -255,7 +256,7 @@ def step(state: State, key: jax.Array, config: Config):
 
 
 def program(config: Config) -> loop.Program:
-    """The run as a :class:`jaxrl.loop.Program` (for :mod:`jaxrl.runner`'s chunked training)."""
+    """The run as a :class:`jaxrl.loop.Program` (for :mod:`jaxrl.workflow.runner`'s chunked training)."""
     return onpolicy.program(init, step, config)
 
 

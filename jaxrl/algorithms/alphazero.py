@@ -52,6 +52,7 @@ import optax
 from flax import struct
 
 from jaxrl import envs, evaluation, loop, networks, optim, returns, rollout
+from jaxrl.algorithms import requirements
 from jaxrl.buffers import replay
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_range, static
 from jaxrl.distributions import mask_actions
@@ -115,7 +116,7 @@ def check_single_agent_env(env_id: str, env_kwargs: tuple) -> None:
         spec = envs.spec(*envs.make(env_id, **dict(env_kwargs)))
     except ValueError as error:
         raise ValueError(f"alphazero plays {allowed}; got env_id={env_id!r}: {error}") from error
-    envs.refuse_multi_discrete(spec, env_id, "alphazero")
+    requirements.refuse_multi_discrete(spec, env_id, "alphazero")
     if not spec.discrete:
         raise ValueError(f"alphazero plays {allowed}; got env_id={env_id!r}, whose actions are {spec.action_kind}")
     if spec.obs_shape is None:  # a dict / tuple observation: the network takes one array
@@ -890,7 +891,7 @@ def evaluate(params: dict, key: jax.Array, config: Config) -> evaluation.EvalRes
 
 
 def program(config: Config) -> loop.Program:
-    """The run as a :class:`jaxrl.loop.Program` (for :mod:`jaxrl.runner`'s chunked training)."""
+    """The run as a :class:`jaxrl.loop.Program` (for :mod:`jaxrl.workflow.runner`'s chunked training)."""
     return loop.Program(
         init=lambda key, inputs: init(key, config),
         iteration=lambda state, key, index: step(state, key, config),

@@ -31,10 +31,11 @@ import optax
 from flax import struct
 
 from jaxrl import data, envs, evaluation, loop, optim
+from jaxrl.algorithms import requirements
+from jaxrl.algorithms.offpolicy import initial_carry
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.distributions import Categorical, Normal, mask_actions
 from jaxrl.networks import Actor
-from jaxrl.offpolicy import initial_carry
 from jaxrl.types import TrainOutput
 
 
@@ -71,7 +72,7 @@ class Config:
             raise TypeError(f"dataset_path must be a string, got {self.dataset_path!r}")
         spec = env_spec(self)
         require_network(self, spec.obs_ndim)
-        envs.refuse_multi_discrete(spec, self.env_id, "bc")
+        requirements.refuse_multi_discrete(spec, self.env_id, "bc")
         if not spec.discrete and len(spec.action_shape) != 1:
             raise ValueError(f"BC needs flat continuous actions, {self.env_id} has action shape {spec.action_shape}")
 

@@ -42,7 +42,8 @@ import numpy as np
 import optax
 from flax import struct
 
-from jaxrl import envs, evaluation, loop, networks, offpolicy, optim, rollout
+from jaxrl import envs, evaluation, loop, networks, optim, rollout
+from jaxrl.algorithms import offpolicy
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.networks import Actor, ContinuousQ, RecurrentActor, RecurrentContinuousQ, ensemble
 from jaxrl.types import TrainOutput
@@ -242,7 +243,7 @@ def init(key: jax.Array, config: Config) -> State:
 
 def initial_carry(config: Config, batch_size: int):
     """The policy's state before an episode, for ``batch_size`` envs: with ``memory`` the
-    ``{"actor", "critic"}`` memories (:func:`jaxrl.offpolicy.initial_carry`), with
+    ``{"actor", "critic"}`` memories (:func:`jaxrl.algorithms.offpolicy.initial_carry`), with
     ``exploration="ou"`` the Ornstein-Uhlenbeck noise ``"noise"`` (zeros ``[batch_size,
     action_dim]``), so that the rollout resets both where an episode ends; ``()`` without
     either."""
@@ -299,7 +300,7 @@ def critic_target(target_params: dict, batch: dict, key: jax.Array, config: Conf
     with ``a' = clip(actor'(s') + clip(target_noise * N(0, 1), +-target_noise_clip), -1, 1)``
     (no noise when ``target_noise`` is 0; one critic without ``twin_critics``).
 
-    With ``memory``, ``batch`` holds windows (:func:`jaxrl.offpolicy.sample_windows`)
+    With ``memory``, ``batch`` holds windows (:func:`jaxrl.algorithms.offpolicy.sample_windows`)
     and the targets are ``[L - burn_in, B]``, time-major over the trained steps: ``a'``
     and ``Q'`` at ``next_obs[t]`` from the target actor's and the target critics'
     memories after step ``t``, so truncated episodes bootstrap from their final
@@ -376,8 +377,8 @@ def actor_loss(actor_params, critic_params, obs, config: Config) -> jax.Array:
 
 
 def update(state: State, batch: dict, key: jax.Array, config: Config, update_actor: bool | jax.Array = True):
-    """One critic step on ``batch`` (from :func:`jaxrl.offpolicy.sample`; with ``memory``,
-    :func:`jaxrl.offpolicy.sample_windows`) and, if
+    """One critic step on ``batch`` (from :func:`jaxrl.algorithms.offpolicy.sample`; with ``memory``,
+    :func:`jaxrl.algorithms.offpolicy.sample_windows`) and, if
     ``update_actor`` (a bool or a scalar; a ``lax.cond``), one actor step and the Polyak
     update of both targets. Returns ``(state, metrics)``; ``actor_loss`` is NaN when the
     actor did not move."""
@@ -469,7 +470,7 @@ def evaluate(params: dict, key: jax.Array, config: Config) -> evaluation.EvalRes
 
 
 def program(config: Config) -> loop.Program:
-    """The run as a :class:`jaxrl.loop.Program` (for :mod:`jaxrl.runner`'s chunked training)."""
+    """The run as a :class:`jaxrl.loop.Program` (for :mod:`jaxrl.workflow.runner`'s chunked training)."""
     return offpolicy.program(init, step, warmup_step, evaluate, config)
 
 

@@ -44,7 +44,8 @@ import numpy as np
 import optax
 from flax import struct
 
-from jaxrl import envs, evaluation, loop, networks, offpolicy, optim, returns, rollout
+from jaxrl import envs, evaluation, loop, networks, optim, returns, rollout
+from jaxrl.algorithms import offpolicy, requirements
 from jaxrl.buffers import prioritized, sequence
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.distributions import mask_actions
@@ -143,7 +144,7 @@ class Config(offpolicy.ReplaySchedule):
         require_choice(self, "loss", ("huber", "mse"))
         self.check_agents()
         spec = env_spec(self)  # with multi_agent, AgentBatch refuses a single-agent env
-        envs.refuse_multi_discrete(spec, self.env_id, "dqn")
+        requirements.refuse_multi_discrete(spec, self.env_id, "dqn")
         if not spec.discrete:
             raise ValueError(
                 f"DQN needs a discrete action space; env_id {self.env_id!r} has a continuous (Box) "
@@ -492,11 +493,11 @@ def epsilon(timesteps: jax.Array, config: Config) -> jax.Array:
 
 
 def sample(state: State, key: jax.Array, config: Config) -> dict:
-    """A batch of :func:`jaxrl.offpolicy.sample`: ``batch_size`` n-step transitions
+    """A batch of :func:`jaxrl.algorithms.offpolicy.sample`: ``batch_size`` n-step transitions
     with importance-sampling ``weight`` (beta annealed over the run) and ``index``.
 
     With ``mixer="vdn"``: ``batch_size`` env steps, each with every agent's lane
-    (:func:`jaxrl.offpolicy.sample` with ``team``): leaves ``[B, A, ...]``, ``index``
+    (:func:`jaxrl.algorithms.offpolicy.sample` with ``team``): leaves ``[B, A, ...]``, ``index``
     ``[B, A]``, ``weight [B]`` the sampled lane's.
 
     With ``memory``: ``batch_size`` windows of :func:`jaxrl.buffers.sequence.sample`,
@@ -504,7 +505,7 @@ def sample(state: State, key: jax.Array, config: Config) -> dict:
     entering each window's first step (leaves ``[B, ...]``), plus ``weight [B]`` and
     ``index``.
 
-    Observations come as the networks read them (:func:`jaxrl.offpolicy.observe_batch`)."""
+    Observations come as the networks read them (:func:`jaxrl.algorithms.offpolicy.observe_batch`)."""
     progress = jnp.clip(state.timesteps / config.total_timesteps, 0.0, 1.0)
     beta = config.per_beta_start + progress * (config.per_beta_end - config.per_beta_start)
     if config.memory == "none":
@@ -808,7 +809,7 @@ def evaluate(params: dict, key: jax.Array, config: Config) -> evaluation.EvalRes
 
 
 def program(config: Config) -> loop.Program:
-    """The run as a :class:`jaxrl.loop.Program` (for :mod:`jaxrl.runner`'s chunked training)."""
+    """The run as a :class:`jaxrl.loop.Program` (for :mod:`jaxrl.workflow.runner`'s chunked training)."""
     return offpolicy.program(init, step, warmup_step, evaluate, config)
 
 

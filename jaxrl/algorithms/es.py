@@ -44,6 +44,7 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from jaxrl import envs, evaluation, loop, networks
+from jaxrl.algorithms import requirements
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.distributions import mask_actions
 from jaxrl.types import TrainOutput
@@ -116,7 +117,7 @@ class Config:
             require_choice(self, field, (True, False))
         spec = envs.config_spec(self)
         require_network(self, spec.obs_ndim)
-        envs.refuse_multi_discrete(spec, self.env_id, "es")
+        requirements.refuse_multi_discrete(spec, self.env_id, "es")
         if not spec.discrete and len(spec.action_shape) != 1:
             raise ValueError(f"es needs a Discrete or a 1-D Box action space; {self.env_id} has {spec.action_shape}")
         if spec.max_episode_steps is None:
@@ -451,7 +452,7 @@ def evaluate(params: dict, key: jax.Array, config: Config) -> evaluation.EvalRes
 
 
 def program(config: Config) -> loop.Program:
-    """The run as a :class:`jaxrl.loop.Program` (for :mod:`jaxrl.runner`'s chunked training)."""
+    """The run as a :class:`jaxrl.loop.Program` (for :mod:`jaxrl.workflow.runner`'s chunked training)."""
     return loop.Program(
         init=lambda key, inputs: init(key, config),
         iteration=lambda state, key, index: step(state, key, config),

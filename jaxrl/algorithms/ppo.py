@@ -12,7 +12,7 @@ envs and time, and each epoch re-runs the policy over every chunk from the memor
 stored when the chunk's first step was taken, resetting it where episodes ended.
 
 ``use_sde=True`` (Box actions) explores with generalized state-dependent exploration
-(gSDE, :mod:`jaxrl.onpolicy`): the Gaussian's scale depends on the actor's features, the
+(gSDE, :mod:`jaxrl.algorithms.onpolicy`): the Gaussian's scale depends on the actor's features, the
 ratio uses its log-prob, and the rollout acts with the mean plus ``z(s) @ theta``, one
 noise matrix ``theta`` per env kept in the carry beside any memory. ::
 
@@ -29,13 +29,14 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxrl import loop, onpolicy, optim, returns, rollout
+from jaxrl import loop, optim, returns, rollout
+from jaxrl.algorithms import onpolicy
+from jaxrl.algorithms.onpolicy import State, act, evaluate, initial_carry, make_env, make_network, policy_and_value
 from jaxrl.config import require_int, require_range, static
-from jaxrl.onpolicy import State, act, evaluate, initial_carry, make_env, make_network, policy_and_value
 from jaxrl.rollout import masked_mean
 from jaxrl.types import TrainOutput, Trajectory
 
-__all__ = [  # the contract; act, evaluate, State ... are jaxrl.onpolicy's
+__all__ = [  # the contract; act, evaluate, State ... are jaxrl.algorithms.onpolicy's
     "Config",
     "State",
     "init",
@@ -59,7 +60,7 @@ __all__ = [  # the contract; act, evaluate, State ... are jaxrl.onpolicy's
 
 @struct.dataclass
 class Config(onpolicy.Config):
-    """PPO settings: :class:`jaxrl.onpolicy.Config`'s, whose defaults are PureJaxRL's
+    """PPO settings: :class:`jaxrl.algorithms.onpolicy.Config`'s, whose defaults are PureJaxRL's
     CartPole configuration, plus the minibatch epochs and clipping. Static fields fix the
     program; the rest can be traced and vmapped. ``preset(env_id)`` gives tuned settings
     for other tasks (e.g. Pendulum-v1).
@@ -344,7 +345,7 @@ def step(state: State, key: jax.Array, config: Config):
 
 
 def program(config: Config) -> loop.Program:
-    """The run as a :class:`jaxrl.loop.Program` (for :mod:`jaxrl.runner`'s chunked training)."""
+    """The run as a :class:`jaxrl.loop.Program` (for :mod:`jaxrl.workflow.runner`'s chunked training)."""
     return onpolicy.program(init, step, config)
 
 

@@ -48,7 +48,8 @@ import numpy as np
 import optax
 from flax import struct
 
-from jaxrl import envs, evaluation, loop, networks, offpolicy, optim, rollout
+from jaxrl import envs, evaluation, loop, networks, optim, rollout
+from jaxrl.algorithms import offpolicy, requirements
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.distributions import (
     Categorical,
@@ -121,7 +122,7 @@ class Config(offpolicy.ReplaySchedule):
         self.check_schedule()
         offpolicy.check_normalization(self)
         spec = envs.config_spec(self)
-        envs.refuse_multi_discrete(spec, self.env_id, "sac")
+        requirements.refuse_multi_discrete(spec, self.env_id, "sac")
         if self.discrete and not spec.discrete:
             raise ValueError(
                 f"discrete=True needs a Discrete action space; env_id {self.env_id!r} has a "
@@ -339,7 +340,7 @@ def policy_distribution(actor_params, obs: jax.Array, config: Config):
     :class:`TanhNormal` over unit actions ``[B, A]`` in ``(-1, 1)`` (with ``use_sde``, of
     the state-dependent scale of :class:`jaxrl.distributions.StateDependentNoise`). With
     ``memory``, ``obs`` is the actor's encoder output ``[..., memory_size]``
-    (:func:`jaxrl.offpolicy.window_features`) and the distribution has its leading dims.
+    (:func:`jaxrl.algorithms.offpolicy.window_features`) and the distribution has its leading dims.
     Where observations carry an action mask (``obs["action_mask"]``, discrete actions),
     masked actions have probability 0."""
     return policy_distribution_and_noise(actor_params, obs, config)[0]
@@ -378,7 +379,7 @@ def q_values(critic_params, obs: jax.Array, action: jax.Array | None, config: Co
 
 def initial_carry(config: Config, batch_size: int):
     """The policy's state before an episode, for ``batch_size`` envs, all zeros: with
-    ``memory`` the ``{"actor", "critic"}`` memories (:func:`jaxrl.offpolicy.initial_carry`),
+    ``memory`` the ``{"actor", "critic"}`` memories (:func:`jaxrl.algorithms.offpolicy.initial_carry`),
     with ``use_sde`` the gSDE state ``"sde"`` (:func:`jaxrl.distributions.sde_initial_carry`:
     noise matrices ``[batch_size, F, A]``, ``F`` the actor's features, and their step
     counters), so that the rollout resets both where an episode ends; ``()`` without
@@ -449,10 +450,10 @@ def critic_target(
     """Soft TD targets ``[B]``: ``reward + discount * (1 - terminated) * V(s')`` with
     ``V(s') = E_{a' ~ pi}[min_i Q'_i(s', a') - alpha log pi(a'|s')]``.
 
-    With ``memory``, ``batch`` holds windows (:func:`jaxrl.offpolicy.sample_windows`) and the targets are
+    With ``memory``, ``batch`` holds windows (:func:`jaxrl.algorithms.offpolicy.sample_windows`) and the targets are
     ``[L - burn_in, B]``, time-major over the trained steps: ``V`` at ``next_obs[t]``
     from the actor's and the target critics' memories after step ``t``
-    (:func:`jaxrl.offpolicy.window_features`), so truncated episodes bootstrap from their final
+    (:func:`jaxrl.algorithms.offpolicy.window_features`), so truncated episodes bootstrap from their final
     observation."""
     if config.memory == "none":
         steps, actor_in, critic_in = batch, batch["next_obs"], batch["next_obs"]
@@ -511,8 +512,8 @@ def alpha_loss(log_alpha: jax.Array, entropy: jax.Array, config: Config) -> jax.
 def update(state: State, batch: dict, key: jax.Array, config: Config):
     """One step of the critics, then the actor (against the updated critics), then the
     temperature (with ``autotune``), then the Polyak update of the target critics.
-    ``batch`` comes from :func:`jaxrl.offpolicy.sample` (with ``memory``,
-    :func:`jaxrl.offpolicy.sample_windows`). Returns ``(state, metrics)``."""
+    ``batch`` comes from :func:`jaxrl.algorithms.offpolicy.sample` (with ``memory``,
+    :func:`jaxrl.algorithms.offpolicy.sample_windows`). Returns ``(state, metrics)``."""
     target_key, actor_key = jax.random.split(key)
     optimizer = make_optimizer(config)
     alpha = jnp.exp(state.log_alpha)
@@ -605,7 +606,7 @@ def evaluate(params: dict, key: jax.Array, config: Config) -> evaluation.EvalRes
 
 
 def program(config: Config) -> loop.Program:
-    """The run as a :class:`jaxrl.loop.Program` (for :mod:`jaxrl.runner`'s chunked training)."""
+    """The run as a :class:`jaxrl.loop.Program` (for :mod:`jaxrl.workflow.runner`'s chunked training)."""
     return offpolicy.program(init, step, warmup_step, evaluate, config)
 
 

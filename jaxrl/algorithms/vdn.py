@@ -8,7 +8,7 @@ copy: every function is DQN's. The agents are a batch axis
 (:class:`jaxrl.envs.multiagent.AgentBatch`) and share one Q-network told each agent's
 one-hot id. Replay stores each agent's transitions as its own lane (``num_envs * A``
 lanes: ``buffer_size`` counts agent-transitions); a batch samples ``batch_size`` lanes
-and takes every agent's lane of the same env step (:func:`jaxrl.offpolicy.sample` with
+and takes every agent's lane of the same env step (:func:`jaxrl.algorithms.offpolicy.sample` with
 ``team``), and the loss is the Huber (or squared) error of ``Q_tot`` against ``sum_a
 (r_a^(n) / A + gamma^m (1 - terminated_a) Q_target,a(o'_a, a*_a))``
 (:func:`jaxrl.algorithms.dqn.vdn_values`: the team's reward is the agents' mean).

@@ -56,7 +56,7 @@ There is no ``num_envs``: the envpool has one env per vmapped lane.
 
 **Limits.** Linux only (envpool's XLA interface), CPU envs. An env state refers to a live
 envpool of this process: it can be stepped forward once, copies cannot be rewound, and it
-cannot be saved in a checkpoint: a resumed run (:func:`jaxrl.runner.run` with
+cannot be saved in a checkpoint: a resumed run (:func:`jaxrl.workflow.runner.run` with
 ``resume``) continues its envs with fresh episodes, with a warning
 (:func:`jaxrl.envs.steps_on_host` is True for ``"envpool:"`` ids). Envpools live until :func:`close_all`
 (each traced ``reset`` makes its own, and also a 1-env one: JAX traces the un-vmapped

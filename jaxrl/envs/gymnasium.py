@@ -44,7 +44,7 @@ that ends an episode returns the next episode's first observation, the ended epi
 so targets bootstrap through time limits exactly as for gymnax envs.
 
 **Checkpoints.** A state's handles mean nothing in another process, so
-:func:`jaxrl.runner.run` saves the host envs beside each checkpoint: :func:`snapshot`
+:func:`jaxrl.workflow.runner.run` saves the host envs beside each checkpoint: :func:`snapshot`
 pickles a sync vector env's sub-envs (their physics, episode progress and random
 generators) and :func:`restore` rebuilds them on resume, so the resumed run continues
 its episodes exactly. An async vector env's sub-envs live in other processes and are
@@ -81,9 +81,9 @@ try:
 except ImportError as error:  # pragma: no cover - depends on the installation
     raise ImportError("'gymnasium:' env ids need the gymnasium package: pip install 'jaxrl[gymnasium]'") from error
 
-from jaxrl.envs import GYMNASIUM_PREFIX as PREFIX  # noqa: E402 - after the import check above
-from jaxrl.envs import observation_struct  # noqa: E402
+from jaxrl.envs.registry import GYMNASIUM_PREFIX as PREFIX  # noqa: E402 - after the import check above
 from jaxrl.envs.spaces import MultiDiscrete  # noqa: E402
+from jaxrl.envs.spec import observation_struct  # noqa: E402
 
 VECTORIZATION_MODES = ("sync", "async")
 

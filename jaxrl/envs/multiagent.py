@@ -49,7 +49,10 @@ import numpy as np
 from flax import struct
 from gymnax.environments import spaces
 
-from jaxrl import envs
+from jaxrl.envs.registry import make
+from jaxrl.envs.spec import EnvSpec, observation_struct
+from jaxrl.envs.spec import spec as agent_spec
+from jaxrl.envs.wrappers import Wrapper
 
 __all__ = [
     "MultiAgentEnv",
@@ -174,7 +177,7 @@ class _AgentView:
         return self._env.action_space(params, self._agent)
 
 
-def _same_spec(a: envs.EnvSpec, b: envs.EnvSpec) -> bool:
+def _same_spec(a: EnvSpec, b: EnvSpec) -> bool:
     """Whether two agents' specs agree (so their arrays stack); bounds compared as arrays."""
     arrays = ("action_low", "action_high")
     for field in dataclasses.fields(a):
@@ -191,7 +194,7 @@ def _same_spec(a: envs.EnvSpec, b: envs.EnvSpec) -> bool:
 class MultiAgentSpec:
     """Static facts about a multi-agent env, built by :func:`spec`.
 
-    ``agent_specs[agent]`` is that agent's :class:`jaxrl.envs.EnvSpec` (observation
+    ``agent_specs[agent]`` is that agent's :class:`jaxrl.EnvSpec` (observation
     struct, action kind, number of actions, mask, ...); ``global_state`` the
     ``jax.ShapeDtypeStruct`` of the global state; ``homogeneous`` whether every agent
     has the same spaces, so their observations and actions stack into ``[A, ...]``.
@@ -218,8 +221,8 @@ class MultiAgentSpec:
         return {a: self.agent_specs[a].action_kind for a in self.agents}
 
     @property
-    def agent(self) -> envs.EnvSpec:
-        """The one :class:`jaxrl.envs.EnvSpec` every agent shares; ValueError if they differ."""
+    def agent(self) -> EnvSpec:
+        """The one :class:`jaxrl.EnvSpec` every agent shares; ValueError if they differ."""
         if not self.homogeneous:
             raise ValueError(_heterogeneous_message(self.agents))
         return self.agent_specs[self.agents[0]]
@@ -237,13 +240,13 @@ def spec(env: MultiAgentEnv, params=None) -> MultiAgentSpec:
     if not getattr(env, "multi_agent", False):
         raise ValueError(f"{env.name} is a single-agent env; use jaxrl.envs.spec")
     params = env.default_params if params is None else params
-    agent_specs = {a: envs.spec(_AgentView(env, a), params) for a in env.agents}
+    agent_specs = {a: agent_spec(_AgentView(env, a), params) for a in env.agents}
     first = agent_specs[env.agents[0]]
     max_steps = getattr(params, "max_steps_in_episode", None)
     return MultiAgentSpec(
         agents=tuple(env.agents),
         agent_specs=agent_specs,
-        global_state=envs.observation_struct(env.global_state_space(params), "global state"),
+        global_state=observation_struct(env.global_state_space(params), "global state"),
         homogeneous=all(_same_spec(first, s) for s in agent_specs.values()),
         max_episode_steps=int(max_steps) if max_steps is not None else None,
     )
@@ -414,7 +417,7 @@ class AgentBatch:
 def make_agent_batch(env_id: str, agent_id: bool = False, global_state: bool = False, **env_kwargs):
     """``(AgentBatch(env, agent_id, global_state), env_params)`` for ``env_id`` made by
     :func:`jaxrl.envs.make`: how an algorithm config with ``multi_agent=True`` makes its env."""
-    env, params = envs.make(env_id, **env_kwargs)
+    env, params = make(env_id, **env_kwargs)
     return AgentBatch(env, agent_id, global_state, params), params
 
 
@@ -429,7 +432,7 @@ class EpisodeStatisticsState:
     episode_length: jax.Array  # int32
 
 
-class EpisodeStatistics(envs.Wrapper):
+class EpisodeStatistics(Wrapper):
     """Track the current episode's returns and length (multi-agent
     :class:`jaxrl.envs.EpisodeStatistics`).
 
@@ -570,13 +573,10 @@ class ClimbingGame(MultiAgentEnv):
         return spaces.Box(0.0, 1.0, (9,), jnp.float32)
 
 
-def _make_climbing(**overrides):
+def make_climbing(**overrides):
     params = ClimbingParams()
     known = [f.name for f in dataclasses.fields(params)]
     unknown = sorted(set(overrides) - set(known))
     if unknown:
         raise ValueError(f"unknown env parameter(s) {unknown} for 'MultiAgentClimbing-v0'; its parameters are {known}")
     return ClimbingGame(), params.replace(**overrides)
-
-
-envs.register("MultiAgentClimbing-v0", _make_climbing, replace=True)

@@ -1,7 +1,6 @@
-"""Partial observability: :class:`MaskObservation` (hide parts of the observation),
-:class:`FrameStack` (give back a short history), and the partially observed ids
-``"MaskedCartPole-v1"`` and ``"MaskedPendulum-v1"``, registered with
-:func:`jaxrl.envs.register`. ::
+"""Partial observability: :class:`MaskObservation` (hide parts of the observation) and
+:class:`FrameStack` (give back a short history); :mod:`jaxrl.envs.builtin` registers the
+partially observed ids ``"MaskedCartPole-v1"`` and ``"MaskedPendulum-v1"``. ::
 
     env, env_params = jaxrl.envs.make("MaskedCartPole-v1", frame_stack=4)
 
@@ -13,7 +12,6 @@ wrapped env's state.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import numbers
 from typing import Any
 
@@ -23,10 +21,9 @@ import numpy as np
 from flax import struct
 from gymnax.environments import spaces
 
-from jaxrl.envs import make, register
 from jaxrl.envs.wrappers import Wrapper
 
-__all__ = ["MaskObservation", "FrameStack", "FrameStackState", "masked"]
+__all__ = ["MaskObservation", "FrameStack", "FrameStackState"]
 
 
 def _array_space(space, what: str):
@@ -85,19 +82,6 @@ class MaskObservation(Wrapper):
         if "final_observation" in info:
             info["final_observation"] = self._mask(info["final_observation"])
         return self._mask(obs), state, reward, terminated, truncated, info
-
-
-def masked(env_id: str, indices, **overrides):
-    """``make(env_id, **overrides)`` seeing only the observation entries ``indices``:
-    the factory of the masked ids. Returns ``(env, env_params)``."""
-    env, params = make(env_id, **overrides)
-    return MaskObservation(env, indices), params
-
-
-# CartPole's observation is [x, x_dot, theta, theta_dot]: positions without velocities.
-register("MaskedCartPole-v1", functools.partial(masked, "CartPole-v1", (0, 2)))
-# Pendulum's observation is [cos theta, sin theta, theta_dot]: the angle without its velocity.
-register("MaskedPendulum-v1", functools.partial(masked, "Pendulum-v1", (0, 1)))
 
 
 # ----------------------------------------------------------------------------- history

@@ -1,7 +1,7 @@
 """Sweeps: seeds x hyper-parameter settings of any algorithm as one compiled program,
 and the statistics that summarise them. ::
 
-    from jaxrl import sweep
+    from jaxrl.workflow import sweep
     from jaxrl.algorithms import ppo
 
     settings = sweep.grid(learning_rate=[1e-4, 3e-4, 1e-3], gamma=[0.98, 0.99])   # 6 settings
@@ -21,17 +21,15 @@ host, one compiled program per value.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import itertools
 import math
 from collections.abc import Callable
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from jaxrl.config import static_fields
+from jaxrl.config import swept_config
 
 
 @dataclasses.dataclass
@@ -89,49 +87,6 @@ def random_settings(num: int, seed: int = 0, **ranges) -> dict:
     return settings
 
 
-def swept_config(config, settings: dict):
-    """``config`` with each swept field replaced by its ``[C]`` array of values, after
-    checking the fields exist, are traced, and all have ``C`` values."""
-    fields = {f.name: f for f in dataclasses.fields(config)}
-    static = set(static_fields(config))
-    lengths = set()
-    replacements = {}
-    for name, values in settings.items():
-        if name not in fields:
-            close = difflib.get_close_matches(name, fields, n=3)
-            hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-            raise ValueError(f"{type(config).__qualname__} has no field {name!r}.{hint}")
-        if name in static:
-            raise ValueError(
-                f"{name!r} is a static field of {type(config).__qualname__} (it fixes a shape or the program's "
-                f"structure), so it cannot be swept inside one compiled program: loop over its values on the host, "
-                f"e.g. [sweep.run(algorithm, config.replace({name}=v), settings) for v in values]"
-            )
-        default = getattr(config, name)
-        if isinstance(default, bool) or not isinstance(default, (int, float)):
-            raise ValueError(f"{name!r} holds {default!r}; only numeric fields can be swept")
-        dtype = jnp.int32 if isinstance(default, int) else jnp.float32
-        array = np.asarray(values)
-        if array.ndim != 1 or array.size == 0:
-            raise ValueError(f"values for {name!r} must be a non-empty 1-D list, got shape {array.shape}")
-        lengths.add(array.size)
-        replacements[name] = jnp.asarray(array, dtype)
-    if not replacements:
-        raise ValueError("settings must name at least one field to sweep")
-    if len(lengths) > 1:
-        raise ValueError(
-            f"every swept field needs the same number of values (one per setting), got "
-            f"{ {name: int(v.size) for name, v in replacements.items()} }"
-        )
-    try:  # the config's own range checks, on every value
-        configs = config.replace(**replacements)
-        if hasattr(configs, "check_traced"):
-            configs.check_traced()
-    except (ValueError, TypeError) as error:
-        raise ValueError(f"a swept value is out of range: {error}") from None
-    return configs
-
-
 def run(
     algorithm,
     config,
@@ -152,7 +107,7 @@ def run(
 
     By default the whole sweep is one compiled ``vmap`` of ``train``, its lanes split
     over the devices of ``mesh``. Given a ``logdir`` (or ``chunk_iterations``, loggers
-    or ``progress``), it runs in chunks through :func:`jaxrl.runner.run` instead, on
+    or ``progress``), it runs in chunks through :func:`jaxrl.workflow.runner.run` instead, on
     one device: rows logged per lane with its setting, checkpoints, and ``resume``
     continuing an interrupted sweep exactly as if it had never stopped.
 
@@ -164,13 +119,14 @@ def run(
         ``jax.random.split(jax.random.key(seed), seeds)[i]``, so lane ``(c, i)`` equals
         ``train(that key, config with setting c)``.
       mesh: a ``jax.sharding.Mesh`` to split the ``C * seeds`` lanes over (default:
-        :func:`jaxrl.distributed.make_mesh`, every device of every process; a lane count
-        the devices do not divide is padded, see :func:`jaxrl.distributed.train_lanes`).
+        :func:`jaxrl.workflow.distributed.make_mesh`, every device of every process; a lane count
+        the devices do not divide is padded, see :func:`jaxrl.workflow.distributed.train_lanes`).
       logdir / loggers / chunk_iterations / checkpoint_every / keep_checkpoints /
-        resume / progress: as :func:`jaxrl.runner.run`'s (``loggers`` default to CSV in
+        resume / progress: as :func:`jaxrl.workflow.runner.run`'s (``loggers`` default to CSV in
         ``logdir``).
     """
-    from jaxrl import algorithms, distributed, runner
+    from jaxrl import algorithms
+    from jaxrl.workflow import distributed, runner
 
     module = algorithms.get(algorithm) if isinstance(algorithm, str) else algorithm
     if not isinstance(seeds, int) or seeds < 1:

@@ -8,7 +8,7 @@ to loggers, saves a checkpoint, and stops when every seed has reached a target.
 Iteration ``i`` draws its randomness from ``fold_in(run_key, i)`` whatever the chunking,
 so a run resumed from a checkpoint continues exactly as the uninterrupted run would::
 
-    from jaxrl import runner
+    from jaxrl.workflow import runner
     from jaxrl.algorithms import ppo
 
     result = runner.run("ppo", ppo.Config(), seeds=4, logdir="runs/ppo-cartpole",
@@ -20,8 +20,8 @@ so a run resumed from a checkpoint continues exactly as the uninterrupted run wo
 
 The runner knows no algorithm: everything it needs (iterations, the progress counter,
 input data, whether the state can be checkpointed whole) comes from the algorithm's
-:class:`jaxrl.loop.Program`; the run directory's bookkeeping is :mod:`jaxrl.rundir`'s
-and the metric rows' :mod:`jaxrl.metrics`'.
+:class:`jaxrl.loop.Program`; the run directory's bookkeeping is :mod:`jaxrl.workflow.rundir`'s
+and the metric rows' :mod:`jaxrl.workflow.metrics`'.
 """
 
 from __future__ import annotations
@@ -38,8 +38,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl import logging as jaxrl_logging
-from jaxrl import loop, metrics, program_cache, rundir
+from jaxrl import loop
+from jaxrl.config import swept_config
+from jaxrl.workflow import logging as jaxrl_logging
+from jaxrl.workflow import metrics, program_cache, rundir
 
 
 @dataclasses.dataclass
@@ -49,7 +51,7 @@ class RunResult:
     Attributes:
       state: the final training state, leaves ``[seeds, ...]``.
       metrics: ``{name: [seeds, rows]}`` scalar metrics, each row aggregating
-        ``metrics_every`` iterations (see :func:`jaxrl.metrics.aggregate`).
+        ``metrics_every`` iterations (see :func:`jaxrl.workflow.metrics.aggregate`).
       iterations: ``[rows]`` iterations completed at the end of each row.
       completed: iterations run in total (less than the program's ``num_iterations``
         when the run stopped early).
@@ -89,15 +91,15 @@ def run(
     Args:
       seeds / seed: seed ``i`` trains from ``jax.random.split(jax.random.key(seed),
         seeds)[i]``, so its results equal ``train`` with that key.
-      settings: ``{field: [C] values}`` of traced fields (:func:`jaxrl.sweep.grid`):
+      settings: ``{field: [C] values}`` of traced fields (:func:`jaxrl.workflow.sweep.grid`):
         train every (setting, seed) pair, ``C * seeds`` lanes, lane ``l`` being setting
         ``l // seeds`` and seed ``l % seeds``; results' leading axis is the lane, and
         logged rows carry each lane's ``setting`` index and values (``sweep_<field>``).
       dataset: the program's input data, instead of what ``Program.inputs`` reads
         (behaviour cloning's dataset, leaves ``[S, ...]``).
       logdir: directory for ``run.json``, loggers' files and ``checkpoints/``
-        (:class:`jaxrl.rundir.RunDir`).
-      loggers: names from :data:`jaxrl.logging.LOGGER_NAMES` (file loggers write into
+        (:class:`jaxrl.workflow.rundir.RunDir`).
+      loggers: names from :data:`jaxrl.workflow.logging.LOGGER_NAMES` (file loggers write into
         ``logdir``) or objects with ``write`` / ``truncate`` / ``close``.
       chunk_iterations: iterations per compiled chunk (default: about 1/20 of the run).
       metrics_every: iterations aggregated into one metrics row; must divide
@@ -107,13 +109,11 @@ def run(
         ``keep_checkpoints`` and the best by evaluation return are kept.
       resume: continue from the latest checkpoint in ``logdir`` if there is one (start
         afresh if there is none). Without it, a ``logdir`` holding a run is an error.
-      target: a :class:`jaxrl.metrics.Target` (or a number: the evaluation return to
+      target: a :class:`jaxrl.workflow.metrics.Target` (or a number: the evaluation return to
         reach); the run stops after the chunk in which every lane reached it.
       progress: show a progress bar of the program's counter (env steps, or gradient
         updates), advanced after each chunk.
     """
-    from jaxrl.sweep import swept_config
-
     name, module = _module(algorithm)
     program = module.program(config)
     inputs = program.inputs() if dataset is None else dataset
@@ -407,7 +407,7 @@ def _check_target(name: str, target: metrics.Target, metric_names) -> None:
 
 class _Programs:
     """The runner's compiled programs for one config, shared by every run of it. With
-    JAX's persistent cache on, their traces are kept on disk too (:mod:`jaxrl.program_cache`,
+    JAX's persistent cache on, their traces are kept on disk too (:mod:`jaxrl.workflow.program_cache`,
     under ``identity``), so a rerun in a fresh process skips tracing.
 
     ``swept`` names traced fields whose per-lane values (``{field: [L]}``) the programs

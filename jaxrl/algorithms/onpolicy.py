@@ -26,6 +26,7 @@ import optax
 from flax import struct
 
 from jaxrl import envs, evaluation, loop, networks, rollout
+from jaxrl.algorithms import requirements
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.distributions import (
     Categorical,
@@ -106,7 +107,7 @@ class Config:
         # A padding step would carry one episode's memory into the next. An agent that has
         # left (multi-agent) is terminated at each of its invalid steps, so its memory resets.
         if self.memory != "none" and not self.multi_agent:
-            envs.require_transitions_only(self, f"memory={self.memory!r}")
+            requirements.require_transitions_only(self, f"memory={self.memory!r}")
 
     def check_agents(self) -> None:
         """ValueErrors for multi-agent settings that cannot work."""

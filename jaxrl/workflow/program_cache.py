@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 def _source_digest() -> bytes | None:
     """A hash of jaxrl's modules, or None where they are not available as ``.py`` files."""
     digest = hashlib.sha256()
-    root = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the jaxrl package
     found = False
     for folder, _, files in sorted(os.walk(root)):
         for name in sorted(files):
@@ -180,7 +180,7 @@ def prepare(
         try:
             return call.lower(*arg_infos).compile()
         except Exception as error:  # noqa: BLE001 - a loaded program XLA refuses: drop it, trace
-            log.warning("jaxrl.program_cache: dropping %s, which did not compile (%s)", path, error)
+            log.warning("jaxrl.workflow.program_cache: dropping %s, which did not compile (%s)", path, error)
             with contextlib.suppress(OSError):
                 os.remove(path)
             return jitted.trace(*args, *static).lower().compile()
@@ -205,7 +205,9 @@ def _export(traced, jitted, in_tree, infos, static, identity) -> dict:
     try:
         blob = bytes(jax.export.export(jax.jit(flat))(*infos).serialize())
     except Exception as error:  # noqa: BLE001 - anything export refuses is traced every time
-        log.warning("jaxrl.program_cache: tracing %.60s... every time: jax.export refused it (%s)", identity, error)
+        log.warning(
+            "jaxrl.workflow.program_cache: tracing %.60s... every time: jax.export refused it (%s)", identity, error
+        )
         return {"exported": None}
     return {
         "exported": blob,

@@ -9,7 +9,7 @@ optimiser state, observation statistics) of a random one of the best ``fraction`
 (exploit) and takes that member's hyper-parameters multiplied by a random factor from
 ``factors``, clipped to the bounds (explore)::
 
-    from jaxrl import pbt
+    from jaxrl.workflow import pbt
     result = pbt.train("ppo", ppo.Config(), {"learning_rate": (1e-4, 3e-3), "ent_coef": (1e-4, 0.05)},
                        population=8, interval=10)
     result.hyperparams["learning_rate"]   # [rounds + 1, P]: each member's value per round
@@ -27,9 +27,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl import loop, rundir
-from jaxrl.config import sweep_axes
-from jaxrl.sweep import swept_config
+from jaxrl import loop
+from jaxrl.config import sweep_axes, swept_config
+from jaxrl.workflow import rundir
 
 # State fields that belong to a member's own stream of experience, not to its agent:
 # exploit leaves them in place.
@@ -142,7 +142,7 @@ def train(
 
     By default the whole run is one compiled program. With ``rounds_per_chunk`` (or a
     ``logdir``, loggers or ``progress``), it runs in chunks of that many rounds through
-    :func:`jaxrl.runner.drive`: one logged row per member and iteration with the
+    :func:`jaxrl.workflow.runner.drive`: one logged row per member and iteration with the
     hyper-parameters it trained with (``pbt_<field>``), its round's ``pbt_score`` and
     ``pbt_parent``; checkpoints of the whole population; and ``resume`` continuing an
     interrupted run exactly as if it had never stopped.
@@ -156,10 +156,11 @@ def train(
       fraction / factors / score_metric: see :func:`exploit_and_explore`; a member's
         score is the mean of ``score_metric`` over the round's iterations (NaN ignored).
       logdir / loggers / checkpoint_every / keep_checkpoints / resume / progress: as
-        :func:`jaxrl.runner.run`'s (``loggers`` default to CSV in ``logdir``;
+        :func:`jaxrl.workflow.runner.run`'s (``loggers`` default to CSV in ``logdir``;
         ``checkpoint_every`` counts chunks).
     """
-    from jaxrl import algorithms, runner
+    from jaxrl import algorithms
+    from jaxrl.workflow import runner
 
     name = algorithm if isinstance(algorithm, str) else algorithm.__name__.rsplit(".", 1)[-1]
     module = algorithms.get(algorithm) if isinstance(algorithm, str) else algorithm

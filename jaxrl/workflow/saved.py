@@ -1,13 +1,13 @@
 """A saved run's policies: rebuild the run from its directory, then evaluate its
 policies, record datasets with them or render their episodes.
 
-A run directory written by :func:`jaxrl.runner.run` (``--logdir``) holds ``run.json``
+A run directory written by :func:`jaxrl.workflow.runner.run` (``--logdir``) holds ``run.json``
 (the algorithm, its config's fields, seeds) and, where it was trained with
 ``checkpoint_every``, ``checkpoints/``. :func:`load` rebuilds the algorithm's Config
 from ``run.json`` and restores a checkpoint's state, leaves ``[lanes, ...]`` (one lane
-per seed, per setting and seed for a sweep, per member for :func:`jaxrl.pbt.train`)::
+per seed, per setting and seed for a sweep, per member for :func:`jaxrl.workflow.pbt.train`)::
 
-    from jaxrl import saved
+    from jaxrl.workflow import saved
 
     run = saved.load("runs/ppo-cartpole")                 # the latest checkpoint
     result = saved.evaluate(run, run.eval_keys())         # the run's final evaluation, again
@@ -32,7 +32,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl import data, envs, evaluation, loop, rundir
+from jaxrl import data, envs, evaluation, loop
+from jaxrl.workflow import rundir
 
 
 @dataclasses.dataclass
@@ -91,7 +92,7 @@ class SavedRun:
 
     def logged_eval_return(self) -> np.ndarray:
         """``[lanes]`` each lane's latest finite ``eval_return`` in the history (NaN if none)."""
-        from jaxrl.metrics import latest_finite
+        from jaxrl.workflow.metrics import latest_finite
 
         if "eval_return" not in self.history:
             return np.full(self.lanes, np.nan)
@@ -122,9 +123,9 @@ def read_run(logdir: str | os.PathLike) -> tuple[ModuleType, Any, dict]:
 
 
 def config_from_fields(config_cls, fields: dict, source: str = "run.json"):
-    """A Config from its fields as JSON gave them back (see :func:`jaxrl.rundir.meta`):
+    """A Config from its fields as JSON gave them back (see :func:`jaxrl.workflow.rundir.meta`):
     lists become tuples again (``hidden_sizes``, ``env_kwargs``' pairs), fields left out
-    of the meta (:data:`jaxrl.rundir.NOT_IN_META`) keep their defaults."""
+    of the meta (:data:`jaxrl.workflow.rundir.NOT_IN_META`) keep their defaults."""
     known = {field.name for field in dataclasses.fields(config_cls)}
     unknown = sorted(set(fields) - known)
     if unknown:
@@ -148,7 +149,7 @@ def _from_json(value):
 
 def checkpoint_steps(logdir: str | os.PathLike) -> list[int]:
     """The checkpoint steps saved in ``logdir`` (ValueError if there are none)."""
-    from jaxrl.checkpoint import Checkpoints
+    from jaxrl.workflow.checkpoint import Checkpoints
 
     directory = os.path.join(os.fspath(logdir), "checkpoints")
     steps = []
@@ -163,7 +164,7 @@ def checkpoint_steps(logdir: str | os.PathLike) -> list[int]:
 def load(logdir: str | os.PathLike, checkpoint: str | int = "latest") -> SavedRun:
     """The run in ``logdir`` at a checkpoint: ``"latest"``, ``"best"`` (the highest
     evaluation return, mean over lanes) or a step (iterations completed)."""
-    from jaxrl.checkpoint import Checkpoints
+    from jaxrl.workflow.checkpoint import Checkpoints
 
     logdir = os.fspath(logdir)
     module, config, meta = read_run(logdir)
@@ -181,7 +182,7 @@ def load(logdir: str | os.PathLike, checkpoint: str | int = "latest") -> SavedRu
             step = checkpoint
         else:
             raise ValueError(f"checkpoint must be 'latest', 'best' or a step (an int), got {checkpoint!r}")
-        population = meta.get("pbt")  # a population of jaxrl.pbt: its members are the lanes
+        population = meta.get("pbt")  # a population of jaxrl.workflow.pbt: its members are the lanes
         lanes = population["population"] if population else int(meta.get("seeds", 1)) * _settings(meta)
         template = _template(module, config, lanes)
         if population:  # pbt.train's checkpointed tree, its member states as the runner's lanes

@@ -57,14 +57,14 @@ class RunDir:
                 f"or choose another logdir"
             )
         if holds_run:
-            from jaxrl.checkpoint import check_meta
+            from jaxrl.workflow.checkpoint import check_meta
 
             with open(run_json) as f:
                 check_meta(json.load(f), meta, f"the run in {logdir!r}")
         checkpoint_dir = os.path.join(logdir, "checkpoints")
         self.checkpoints = None
         if checkpoint_every is not None or (resume and os.path.isdir(checkpoint_dir)):
-            from jaxrl.checkpoint import Checkpoints
+            from jaxrl.workflow.checkpoint import Checkpoints
 
             self.checkpoints = Checkpoints(checkpoint_dir, keep=keep_checkpoints)
         self.resume = resume

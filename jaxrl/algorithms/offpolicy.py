@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl import envs, loop, networks, rollout
+from jaxrl.algorithms import requirements
 from jaxrl.buffers import prioritized, replay, sequence
 from jaxrl.config import require_int
 from jaxrl.distributions import mask_actions
@@ -74,7 +75,7 @@ class ReplaySchedule:
 def require_box_actions(config, algorithm: str) -> envs.EnvSpec:
     """The env's spec; ValueError unless its actions are a Box with finite bounds."""
     spec = envs.config_spec(config)
-    envs.refuse_multi_discrete(spec, config.env_id, algorithm)
+    requirements.refuse_multi_discrete(spec, config.env_id, algorithm)
     if spec.discrete:
         raise ValueError(
             f"{algorithm} needs a continuous (Box) action space; env_id {config.env_id!r} has "
@@ -201,7 +202,7 @@ def check_sequence_replay(config, bootstrap_steps: int) -> None:
     ``memory_size``, ``sequence_length``, ``sequence_period`` and ``burn_in`` of
     ``config``, with ``bootstrap_steps`` trailing steps of a window that only supply
     targets (``n_step - 1``). Called with memory on."""
-    envs.require_transitions_only(config, f"sequence replay (memory={config.memory!r})")
+    requirements.require_transitions_only(config, f"sequence replay (memory={config.memory!r})")
     for field in ("memory_size", "sequence_length", "sequence_period"):
         require_int(config, field, 1)
     require_int(config, "burn_in", 0)

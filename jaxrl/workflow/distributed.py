@@ -9,7 +9,7 @@ Two ways to use many devices, both compiling one program over a
   ``jax.vmap(train)`` with the lane axis split over the devices (``shard_map``). Lanes
   are independent, so the devices never talk during training. A lane count the devices
   do not divide is padded with copies of lane 0 inside the program and cut off again
-  (at most ``devices - 1`` wasted lanes). :func:`jaxrl.sweep.run` uses the same code.
+  (at most ``devices - 1`` wasted lanes). :func:`jaxrl.workflow.sweep.run` uses the same code.
 * **One run, data parallel**: :func:`train_data_parallel` (or :func:`data_parallel` on
   any :class:`jaxrl.loop.Program`) keeps every state field but the env batch
   (``state.env_state`` / ``state.obs``, leading ``[num_envs]``) replicated and shards
@@ -27,7 +27,7 @@ spans every process's devices and the functions above run unchanged, every proce
 executing the same program on its share. Replicated outputs (params, metrics of a data
 parallel run) are readable on every process; lane-sharded ones through :func:`to_host`. ::
 
-    from jaxrl import distributed
+    from jaxrl.workflow import distributed
     from jaxrl.algorithms import ppo
 
     distributed.initialize()                   # joins a cluster JAX detects (SLURM, ...); else no-op
@@ -172,7 +172,7 @@ def train_lanes(algorithm, keys: jax.Array, configs, mesh: Mesh | None = None) -
     Args:
       keys: ``[S]`` typed keys; seed ``s`` of every setting trains from ``keys[s]``.
       configs: the config, with its swept leaves ``[C]`` (from
-        :func:`jaxrl.sweep.swept_config`) or none swept.
+        :func:`jaxrl.workflow.sweep.swept_config`) or none swept.
 
     The ``C * S`` lanes are flattened (lane ``l`` is setting ``l // S``, seed
     ``l % S``), padded with copies of lane 0 to a multiple of ``mesh.size`` so that every
@@ -226,7 +226,7 @@ def train_seeds(algorithm, config, keys: jax.Array, mesh: Mesh | None = None) ->
     split over ``mesh`` (default: every device of every process; see
     :func:`train_lanes`). Output leaves ``[S, ...]``, left on the devices."""
     if any(np.ndim(leaf) for leaf in jax.tree.leaves(config)):
-        raise ValueError("config has array leaves (a sweep): use jaxrl.sweep.run(..., mesh=mesh)")
+        raise ValueError("config has array leaves (a sweep): use jaxrl.workflow.sweep.run(..., mesh=mesh)")
     return train_lanes(algorithm, keys, config, mesh).output
 
 

@@ -23,7 +23,7 @@ def confidence_band(values: np.ndarray, level: float = 0.95, resamples: int = 10
     ``values`` is ``[seeds, points]``; NaN entries (a seed with no value at that point)
     are left out. Returns ``(mean, low, high)``, each ``[points]``.
     """
-    from jaxrl.sweep import bootstrap_ci
+    from jaxrl.workflow.sweep import bootstrap_ci
 
     values = np.asarray(values, dtype=np.float64)
     with warnings.catch_warnings():  # all-NaN columns give NaN, which is what we want

@@ -275,7 +275,7 @@ def _chunking(args, num_iterations: int, unit: int = 1) -> int:
     """Iterations per chunk for ``--chunks`` (a multiple of ``unit``, a PBT round)."""
     if args.chunks < 1:
         raise UsageError(f"--chunks must be >= 1, got {args.chunks}")
-    from jaxrl import runner
+    from jaxrl.workflow import runner
 
     units = num_iterations // unit
     return unit * runner.default_chunk_iterations(units, min(args.chunks, units))
@@ -347,7 +347,8 @@ def _last_finite(values):
 def train_command(args) -> int:
     import numpy as np
 
-    from jaxrl import algorithms, metrics, runner
+    from jaxrl import algorithms
+    from jaxrl.workflow import metrics, runner
 
     module = algorithms.get(args.algorithm)
     config = make_config(module, args)
@@ -402,7 +403,7 @@ def train_command(args) -> int:
         f"run {result.run_seconds:.1f} s), {steps_per_second:,.0f} {unit}s/s"
     )
     if args.plot:
-        from jaxrl import plots
+        from jaxrl.workflow import plots
 
         path = os.path.join(args.logdir, "curves.png") if args.logdir else f"{args.algorithm}-{config.env_id}.png"
         plots.plot_metrics({args.algorithm: rows}, path, title=f"{args.algorithm} on {config.env_id}")
@@ -426,7 +427,8 @@ def train_command(args) -> int:
 
 
 def sweep_command(args) -> int:
-    from jaxrl import algorithms, sweep
+    from jaxrl import algorithms
+    from jaxrl.workflow import sweep
 
     module = algorithms.get(args.algorithm)
     config = make_config(module, args)
@@ -482,7 +484,8 @@ def _numbers(pairs, option: str, separator: str, expected: str, count: int | Non
 
 
 def pbt_command(args) -> int:
-    from jaxrl import algorithms, metrics, pbt, sweep
+    from jaxrl import algorithms
+    from jaxrl.workflow import metrics, pbt, sweep
 
     module = algorithms.get(args.algorithm)
     config = make_config(module, args)
@@ -567,7 +570,7 @@ def _use_compilation_cache(args) -> None:
 
 
 def plot_command(args) -> int:
-    from jaxrl import plots
+    from jaxrl.workflow import plots
 
     try:
         plots.plot_runs(args.run_dirs, args.out, metric=args.metric, x=args.x)
@@ -589,7 +592,7 @@ def _checkpoint_choice(text: str):
 
 def _load_run(args):
     """The saved run ``args`` name, or a UsageError saying why there is none."""
-    from jaxrl import saved
+    from jaxrl.workflow import saved
 
     checkpoint = _checkpoint_choice(args.checkpoint)
     _use_compilation_cache(args)
@@ -617,7 +620,7 @@ def evaluate_command(args) -> int:
     import jax
     import numpy as np
 
-    from jaxrl import saved
+    from jaxrl.workflow import saved
 
     if args.episodes is not None and args.episodes < 1:
         raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
@@ -695,7 +698,8 @@ def evaluate_command(args) -> int:
 def record_command(args) -> int:
     import jax
 
-    from jaxrl import data, saved
+    from jaxrl import data
+    from jaxrl.workflow import saved
 
     if not args.out.endswith(".npz"):
         raise UsageError(f"--out must end in .npz (a dataset file), got {args.out!r}")

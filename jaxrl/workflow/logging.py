@@ -1,8 +1,10 @@
-"""Host-side progress reporting fed from inside compiled loops.
+"""Host-side progress reporting fed from inside compiled loops: the progress bar and
+the loggers that write a run's metric rows.
 
-Algorithms call :func:`report` inside ``jit``; it forwards a few scalars to whatever
-sinks are active on the host (for example the :func:`progress_bar` context). With no
-active sink a report costs one cheap host callback and does nothing.
+Training loops call :func:`jaxrl.loop.report` inside ``jit``; it forwards a few scalars
+to whatever sinks are active on the host (:func:`jaxrl.loop.sink`, which
+:func:`progress_bar` opens). With no active sink a report costs one cheap host callback
+and does nothing.
 """
 
 from __future__ import annotations
@@ -11,37 +13,10 @@ import contextlib
 import math
 from collections.abc import Callable
 
-import jax
 import numpy as np
 
-from jaxrl.metrics import COUNTERS
-
-_sinks: list[Callable[[dict], None]] = []
-
-
-def report(metrics: dict) -> None:
-    """Send a dict of scalars (e.g. ``timesteps``, ``episode_return``) to the host sinks.
-
-    Safe under ``jit``, ``scan`` and ``vmap`` (under ``vmap`` each lane reports)."""
-    jax.debug.callback(_dispatch, metrics)
-
-
-def _dispatch(metrics: dict) -> None:
-    if not _sinks:
-        return
-    values = {k: np.asarray(v) for k, v in metrics.items()}
-    for sink in list(_sinks):
-        sink(values)
-
-
-@contextlib.contextmanager
-def sink(fn: Callable[[dict], None]):
-    """Activate ``fn(metrics)`` as a sink for reports made while the context is open."""
-    _sinks.append(fn)
-    try:
-        yield fn
-    finally:
-        _sinks.remove(fn)
+from jaxrl.loop import sink  # the channel itself is the loop's
+from jaxrl.workflow.metrics import COUNTERS
 
 
 @contextlib.contextmanager
@@ -63,7 +38,7 @@ def progress_bar(
     the mean of the latest returns across the seeds that reported one. Yields
     ``update(values)``, the function reports reach it through (values: ``counter`` and
     ``episode_return``, scalars or ``[seeds]``), for callers that have the values on
-    the host (:func:`jaxrl.runner.run`, between chunks).
+    the host (:func:`jaxrl.workflow.runner.run`, between chunks).
     """
     from tqdm.auto import tqdm
 
@@ -101,7 +76,7 @@ def progress_bar(
 
 # ----------------------------------------------------------------------------- run loggers
 #
-# The chunked runner (:mod:`jaxrl.runner`) hands each logger the rows of one chunk:
+# The chunked runner (:mod:`jaxrl.workflow.runner`) hands each logger the rows of one chunk:
 # ``write(iterations [R], values {name: [S, R]})`` with one column per seed. Loggers write
 # every seed and the mean over seeds, and ``truncate(iteration)`` drops rows after
 # ``iteration`` (whose env-step count is ``step``) when a run resumes from a checkpoint,
@@ -114,7 +89,7 @@ def make_loggers(loggers, logdir: str | None, meta: dict | None = None) -> list:
     """Logger objects for ``loggers``: names from :data:`LOGGER_NAMES` (file loggers
     write into ``logdir`` and are skipped without one) or objects with ``write`` /
     ``truncate`` / ``close``, passed through. ``meta``: the run's description
-    (:func:`jaxrl.rundir.meta`), which ``wandb`` records as the W&B run's config."""
+    (:func:`jaxrl.workflow.rundir.meta`), which ``wandb`` records as the W&B run's config."""
     import os
 
     made = []

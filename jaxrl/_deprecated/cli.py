@@ -1,0 +1,5 @@
+"""Moved to :mod:`jaxrl.workflow.cli`; this path works for one more release, with a DeprecationWarning."""
+
+from jaxrl._deprecated import forward
+
+forward("jaxrl.cli")
