@@ -551,7 +551,8 @@ def run_floor(jax, entry: Entry, seeds: int, args) -> dict:
     env, env_params = envs.make_config_env(config)  # multi-agent: the agents-as-a-batch-axis view
     spec = envs.config_spec(config)
     passes = {"onpolicy": onpolicy_passes, "dqn": dqn_passes, "sac": sac_passes, "ddpg": ddpg_passes}
-    init, act, learn = passes[FLOORS[entry.algorithm]](jax, module, config, spec)
+    family = importlib.import_module(f"jaxrl.algorithms.{FLOORS[entry.algorithm]}")  # its networks
+    init, act, learn = passes[FLOORS[entry.algorithm]](jax, family, config, spec)
     env_step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
     warmup = getattr(config, "warmup_iterations", 0)
     fresh_start = getattr(config, "advantage", None) == "monte_carlo"  # REINFORCE resets every env per iteration

@@ -4,12 +4,20 @@ An algorithm's ``Config`` is a frozen ``flax.struct.dataclass``. Fields that dec
 shapes or program structure are declared with :func:`static` (hashed into the compiled
 program); numeric hyper-parameters are ordinary pytree leaves, so they can be traced and
 ``jax.vmap``-ed over without recompiling.
+
+A Config composes *parts* (:func:`part`): small frozen dataclasses that hold the numbers
+of one choice (an exploration schedule, prioritized replay, a value head), held by one
+field. Which part a field holds changes the program; the part's traced numbers sweep like
+any other. A part's field is named by a dotted path (``"exploration.end"``) wherever
+fields are named by strings: ``--set``, sweeps, PBT, ``run.json`` (:func:`replace_paths`,
+:func:`field_paths`, :func:`to_json`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 import numbers
 from typing import Any
 
@@ -27,6 +35,120 @@ def static(default: Any, **kwargs) -> Any:
 def static_fields(config) -> list[str]:
     """Names of the static fields of a Config class or instance."""
     return [f.name for f in dataclasses.fields(config) if not f.metadata.get("pytree_node", True)]
+
+
+# ----------------------------------------------------------------------------- parts
+
+
+def part(cls):
+    """Declare a part: a frozen ``flax.struct.dataclass`` of the fields one choice of a
+    Config needs (static ones with :func:`static`), held by one Config field. The part's
+    class is the choice (it changes the program); its traced fields trace like a
+    Config's. A part validates its own fields in ``__post_init__`` (static ones) and
+    ``check_traced()`` (traced ones, called by the algorithm's ``init``)."""
+    return struct.dataclass(cls)
+
+
+def is_part(value) -> bool:
+    """Whether ``value`` is a part (a dataclass instance held by a Config field)."""
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
+def check_traced_parts(config) -> None:
+    """``check_traced()`` of every part ``config``'s fields hold (range checks of their
+    traced numbers; skipped while tracing)."""
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if is_part(value) and hasattr(value, "check_traced"):
+            value.check_traced()
+
+
+def field_paths(config) -> dict[str, tuple[Any, bool]]:
+    """Every field of ``config`` (a Config class or instance) by its path, with its value
+    (a class: its default) and whether it is static: ``{"learning_rate": (2.5e-4, False),
+    "exploration": (EpsilonGreedy(...), False), "exploration.end": (0.05, False), ...}``;
+    a part's own fields follow the part, as ``"<field>.<name>"``."""
+    paths = {}
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name) if not isinstance(config, type) else _default(field)
+        paths[field.name] = (value, not field.metadata.get("pytree_node", True))
+        if is_part(value):
+            paths.update({f"{field.name}.{name}": entry for name, entry in field_paths(value).items()})
+    return paths
+
+
+def _default(field: dataclasses.Field):
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return None
+
+
+def replace_paths(config, values: dict):
+    """``config`` with the fields at ``values``' paths replaced (``{"learning_rate": 1e-3,
+    "exploration.end": 0.01}``): a part's field is replaced inside the part the config
+    holds. An unknown path is a ValueError naming the fields there are."""
+    top, nested = {}, {}
+    for path, value in values.items():
+        head, _, rest = path.partition(".")
+        if not rest:
+            top[head] = value
+        else:
+            nested.setdefault(head, {})[rest] = value
+    names = {f.name for f in dataclasses.fields(config)}
+    for head in [*top, *nested]:
+        if head not in names:
+            close = difflib.get_close_matches(head, names, n=3)
+            hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            raise ValueError(f"{type(config).__qualname__} has no field {head!r}.{hint}")
+    for head, rest in nested.items():
+        holder = top.get(head, getattr(config, head))
+        if not is_part(holder):
+            raise ValueError(f"{type(config).__qualname__}.{head} holds {holder!r}, which has no fields to set")
+        top[head] = replace_paths(holder, rest)
+    return config.replace(**top) if top else config
+
+
+def get_path(config, path: str):
+    """The value at a dotted ``path`` of ``config``."""
+    for name in path.split("."):
+        config = getattr(config, name)
+    return config
+
+
+def to_json(value):
+    """A config, a part or a field's value as JSON data: a dataclass as ``{"part":
+    "<module>.<class>", <field>: ...}`` (a Config as its fields alone), tuples as lists,
+    arrays as (nested) lists. :func:`from_json` inverts it."""
+    if is_part(value):
+        return {"part": f"{type(value).__module__}.{type(value).__qualname__}", **fields_to_json(value)}
+    if isinstance(value, (tuple, list)):
+        return [to_json(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): to_json(item) for key, item in value.items()}
+    if isinstance(value, (np.ndarray, jax.Array, np.generic)):
+        return np.asarray(value).tolist()
+    return value
+
+
+def fields_to_json(config) -> dict:
+    """``{field: to_json(value)}`` of a Config or part."""
+    return {field.name: to_json(getattr(config, field.name)) for field in dataclasses.fields(config)}
+
+
+def from_json(value):
+    """The value :func:`to_json` gave: parts rebuilt from their class's import path,
+    lists as tuples."""
+    if isinstance(value, list):
+        return tuple(from_json(item) for item in value)
+    if isinstance(value, dict) and isinstance(value.get("part"), str):
+        module, _, name = value["part"].rpartition(".")
+        cls = getattr(importlib.import_module(module), name)
+        return cls(**{key: from_json(item) for key, item in value.items() if key != "part"})
+    if isinstance(value, dict):
+        return {key: from_json(item) for key, item in value.items()}
+    return value
 
 
 def freeze_mapping(value: Any, field: str) -> tuple:
@@ -99,24 +221,24 @@ def sweep_axes(config):
 
 
 def swept_config(config, settings: dict):
-    """``config`` with each swept field replaced by its ``[C]`` array of values, after
-    checking the fields exist, are traced, and all have ``C`` values."""
-    fields = {f.name: f for f in dataclasses.fields(config)}
-    static = set(static_fields(config))
+    """``config`` with each swept field (a path: ``"learning_rate"``, ``"exploration.end"``)
+    replaced by its ``[C]`` array of values, after checking the fields exist, are traced
+    and numeric, and all have ``C`` values."""
+    paths = field_paths(config)
     lengths = set()
     replacements = {}
     for name, values in settings.items():
-        if name not in fields:
-            close = difflib.get_close_matches(name, fields, n=3)
+        if name not in paths:
+            close = difflib.get_close_matches(name, paths, n=3)
             hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
             raise ValueError(f"{type(config).__qualname__} has no field {name!r}.{hint}")
-        if name in static:
+        default, static = paths[name]
+        if static:
             raise ValueError(
                 f"{name!r} is a static field of {type(config).__qualname__} (it fixes a shape or the program's "
                 f"structure), so it cannot be swept inside one compiled program: loop over its values on the host, "
-                f"e.g. [sweep.run(algorithm, config.replace({name}=v), settings) for v in values]"
+                f"e.g. [sweep.run(algorithm, replace_paths(config, {{{name!r}: v}}), settings) for v in values]"
             )
-        default = getattr(config, name)
         if isinstance(default, bool) or not isinstance(default, (int, float)):
             raise ValueError(f"{name!r} holds {default!r}; only numeric fields can be swept")
         dtype = jnp.int32 if isinstance(default, int) else jnp.float32
@@ -133,9 +255,10 @@ def swept_config(config, settings: dict):
             f"{ {name: int(v.size) for name, v in replacements.items()} }"
         )
     try:  # the config's own range checks, on every value
-        configs = config.replace(**replacements)
+        configs = replace_paths(config, replacements)
         if hasattr(configs, "check_traced"):
             configs.check_traced()
+        check_traced_parts(configs)
     except (ValueError, TypeError) as error:
         raise ValueError(f"a swept value is out of range: {error}") from None
     return configs

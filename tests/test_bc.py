@@ -157,7 +157,7 @@ def test_update_is_one_adam_step_on_the_batch():
 
 
 def test_registry():
-    assert get("bc") is bc
+    assert get("bc") is bc.algorithm
 
 
 def test_metrics_shapes_and_contents(small_run):

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from jaxrl import algorithms, data
+from jaxrl.algorithms import dqn
 
 JAXRL = pathlib.Path(__file__).parent.parent / "jaxrl"
 TINY = dict(num_envs=2, total_timesteps=64, hidden_sizes=(8,), num_evals=1, eval_episodes=1, num_reports=0)
@@ -21,14 +22,14 @@ SMALL_NET = dict(hidden_sizes=(8,), num_evals=1, eval_episodes=2, num_reports=0)
 OFF_POLICY = dict(TINY, num_steps=1, batch_size=4, buffer_size=32, learning_starts=8)
 
 
-VARIANTS = [*algorithms.ALGORITHMS, "rainbow", "ppo-gru", "a2c-lstm"]
+VARIANTS = [*algorithms.names(), "rainbow", "ppo-gru", "a2c-lstm"]
 
 
 def variant(name: str):
     """``(module, config)`` of an algorithm, or of a variant: Rainbow DQN, or a recurrent
     ``ALGO-gru`` / ``ALGO-lstm``."""
     if name == "rainbow":
-        return algorithms.get("dqn"), algorithms.get("dqn").rainbow("CartPole-v1", **OFF_POLICY)
+        return algorithms.get("dqn"), dqn.rainbow("CartPole-v1", **OFF_POLICY)
     algorithm, _, memory = name.partition("-")
     config = tiny_config(algorithm)
     if memory:  # PPO's minibatches are then whole sequences: one per env

@@ -252,7 +252,7 @@ def test_epsilon_schedules():
 
 
 def test_registry_and_rainbow_preset():
-    assert get("dqn") is dqn
+    assert get("dqn") is dqn.algorithm
     config = dqn.rainbow("CartPole-v1", n_step=5)
     assert config.double and config.dueling and config.prioritized and config.distributional and config.noisy
     assert config.n_step == 5 and config.epsilon_start == 0.0  # overrides win; noisy nets explore

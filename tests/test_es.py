@@ -145,7 +145,7 @@ def test_missing_evosax_is_a_clear_import_error(monkeypatch):
 
 
 def test_registry_and_a_small_run(train_small):
-    assert get("es") is es
+    assert get("es") is es.algorithm
     out = train_small(jax.random.key(0), SMALL)
     metrics = out.metrics
     for name in ("timesteps", "episode_return", "fitness_mean", "fitness_max", "sigma", "grad_norm"):

@@ -59,7 +59,7 @@ def small_run(train_small):
 def filled():
     """SMALL's state after two warm-up iterations (16 env steps, 32 agent-transitions)."""
     state = jit(vdn.init)(jax.random.key(0), SMALL)
-    warmup_step = jit(vdn.warmup_step)
+    warmup_step = jit(dqn.warmup_step)
     for k in (1, 2):
         state, _ = warmup_step(state, jax.random.key(k), SMALL)
     return state
@@ -117,12 +117,12 @@ def test_vdn_team_value_and_target_match_numpy_loop(double):
     online = state.params["network"]
     target = jax.tree.map(lambda x: x + 0.5 * jax.random.normal(jax.random.key(2), x.shape), online)
     batch = random_team_batch(np.random.default_rng(3), 64, config.gamma)
-    q = lambda p, x: np.asarray(vdn.q_values({"network": p}, x, config))  # noqa: E731
+    q = lambda p, x: np.asarray(dqn.q_values({"network": p}, x, config))  # noqa: E731
     q_next_online, q_next_target = q(online, batch["next_obs"]), q(target, batch["next_obs"])
     assert np.any(q_next_online.argmax(-1) != q_next_target.argmax(-1))  # double Q-learning matters here
     q_tot, y = vdn_reference(q(online, batch["obs"]), q_next_online, q_next_target, batch, double)
 
-    loss, (metrics, td) = jit(vdn.loss_fn)(online, target, batch, jax.random.key(4), config)
+    loss, (metrics, td) = jit(dqn.loss_fn)(online, target, batch, jax.random.key(4), config)
     np.testing.assert_allclose(np.asarray(td), y - q_tot, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(float(loss), np.mean(np.asarray(batch["weight"]) * huber(y - q_tot)), rtol=1e-5)
     np.testing.assert_allclose(float(metrics["q_mean"]), q_tot.mean(), rtol=1e-5, atol=1e-5)
@@ -145,7 +145,7 @@ def test_replay_lanes_are_agents_and_vdn_batches_are_env_steps(filled):
     np.testing.assert_array_equal(table[:, :, 0], table[:, :, 1])
     np.testing.assert_array_equal(reward[:, :, 0], reward[:, :, 1])  # the shared reward
 
-    batch = jit(vdn.sample)(filled, jax.random.key(5), SMALL)
+    batch = jit(dqn.sample)(filled, jax.random.key(5), SMALL)
     index = jax.tree.map(np.asarray, batch["index"])
     assert index.row.shape == index.lane.shape == (SMALL.batch_size, A) and batch["weight"].shape == (SMALL.batch_size,)
     np.testing.assert_array_equal(index.row, index.row[:, :1] * np.ones(A, int))  # one env step ...
@@ -161,9 +161,9 @@ def test_replay_lanes_are_agents_and_vdn_batches_are_env_steps(filled):
 
 def test_vdn_writes_the_team_td_error_to_every_agent_lane(filled):
     config = SMALL.replace(loss="mse")
-    batch = jit(vdn.sample)(filled, jax.random.key(6), config)
+    batch = jit(dqn.sample)(filled, jax.random.key(6), config)
     params, target = filled.params["network"], filled.target_params
-    loss, (_, td) = jit(vdn.loss_fn)(params, target, batch, jax.random.key(7), config)
+    loss, (_, td) = jit(dqn.loss_fn)(params, target, batch, jax.random.key(7), config)
     assert td.shape == (config.batch_size,)
     np.testing.assert_allclose(float(loss), np.mean(np.asarray(batch["weight"]) * 0.5 * np.asarray(td) ** 2), rtol=1e-5)
     new_state, _ = jit(vdn.update)(filled, batch, jax.random.key(7), config)
@@ -185,8 +185,8 @@ def test_iql_samples_agent_lanes_and_runs_every_flag():
     config = iql.Config(**small, learning_starts=16, total_timesteps=8 * 16, hidden_sizes=(16,), **dqn.RAINBOW)
     state = jit(iql.init)(jax.random.key(0), config)
     for k in (1, 2):
-        state, _ = jit(iql.warmup_step)(state, jax.random.key(k), config)
-    batch = jit(iql.sample)(state, jax.random.key(3), config)
+        state, _ = jit(dqn.warmup_step)(state, jax.random.key(k), config)
+    batch = jit(dqn.sample)(state, jax.random.key(3), config)
     assert batch["index"].lane.shape == batch["action"].shape == (config.batch_size,)  # agent-transitions
     state, metrics = jit(iql.step)(state, jax.random.key(4), config)
     assert all(np.isfinite(float(metrics[name])) for name in dqn.LEARNER_METRICS)
@@ -200,7 +200,7 @@ def test_act_on_every_agent_with_per_env_epsilon(small_run):
     assert jax.tree.leaves(obs)[0].shape[:2] == (SMALL.num_envs, A)
     greedy, carry = vdn.act(params, obs, (), jax.random.key(0), SMALL, deterministic=True)
     assert greedy.shape == (SMALL.num_envs, A) and greedy.dtype == jnp.int32 and carry == ()
-    np.testing.assert_array_equal(np.asarray(greedy), np.asarray(vdn.q_values(params, obs, SMALL)).argmax(-1))
+    np.testing.assert_array_equal(np.asarray(greedy), np.asarray(dqn.q_values(params, obs, SMALL)).argmax(-1))
     epsilon = jnp.array([1.0, 1.0, 0.0, 0.0])  # one per env, shared by its agents
     keys = jax.random.split(jax.random.key(1), 64)
     actions = np.asarray(jax.jit(jax.vmap(lambda k: vdn.act(params, obs, (), k, SMALL, epsilon=epsilon)[0]))(keys))
@@ -300,7 +300,7 @@ def test_bad_config_is_a_clear_error(make, overrides, message):
 def test_registry_and_presets():
     from jaxrl.algorithms import get
 
-    assert get("iql") is iql and get("vdn") is vdn
+    assert get("iql") is iql.algorithm and get("vdn") is vdn.algorithm
     assert iql.preset("MultiAgentClimbing-v0", n_step=1).n_step == 1
     config = vdn.Config()
     assert config.multi_agent and config.mixer == "vdn" and config.agent_view == (True, False)

@@ -173,7 +173,7 @@ def test_mappo_critic_reads_the_global_state_and_ippo_critic_does_not():
     obs = jax.tree.map(lambda x: jnp.asarray(rng.uniform(size=x.shape), x.dtype), obs)
 
     def outputs(o):
-        distribution, value, _ = mappo.policy_and_value(params, o, config)
+        distribution, value, _ = onpolicy.policy_and_value(params, o, config)
         return distribution.logits, value
 
     logits, value = outputs(obs)
@@ -188,9 +188,9 @@ def test_mappo_critic_reads_the_global_state_and_ippo_critic_does_not():
     assert set(envs.config_spec(config).observation) == {"observation", "agent_id"}
     params = ippo.init(jax.random.key(0), config).params
     obs = {k: v for k, v in obs.items() if k != "global_state"}
-    value = ippo.policy_and_value(params, obs, config)[1]
+    value = onpolicy.policy_and_value(params, obs, config)[1]
     assert not np.allclose(
-        ippo.policy_and_value(params, {**obs, "observation": obs["observation"] + 1.0}, config)[1], value
+        onpolicy.policy_and_value(params, {**obs, "observation": obs["observation"] + 1.0}, config)[1], value
     )
 
 
@@ -208,8 +208,8 @@ def test_separate_parameters_give_each_agent_its_own_network():
     )
     carry = jax.tree.map(lambda c: jnp.asarray(rng.normal(size=c.shape), c.dtype), mappo.initial_carry(config, 5))
     reset = jnp.asarray(rng.uniform(size=(3, 5, 2)) < 0.3)
-    distribution, value, next_carry = mappo.policy_and_value(params, obs, config, carry, reset)
-    network = mappo.make_network(config)
+    distribution, value, next_carry = onpolicy.policy_and_value(params, obs, config, carry, reset)
+    network = onpolicy.make_network(config)
     for i in range(2):
         own = jax.tree.map(lambda x: x[i], params["network"])
         actor_obs = {"observation": obs["observation"][:, :, i]}

@@ -253,7 +253,7 @@ def small_runs(trainers):
 
 
 def test_registry_and_td3_defaults():
-    assert get("ddpg") is ddpg and get("td3") is td3 and get("sac") is sac
+    assert get("ddpg") is ddpg.algorithm and get("td3") is td3.algorithm and get("sac") is sac.algorithm
     config = td3.Config()
     assert config.twin_critics and config.policy_delay == 2 and config.target_noise == 0.2
     assert not ddpg.Config().twin_critics and ddpg.Config().target_noise == 0.0

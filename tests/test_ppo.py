@@ -43,7 +43,7 @@ def assert_trees_close(a, b, rtol=1e-5, atol=1e-5):
 
 
 def test_registry():
-    assert get("ppo") is ppo
+    assert get("ppo") is ppo.algorithm
     with pytest.raises(ValueError, match="unknown algorithm 'ppp'.*'ppo'"):
         get("ppp")
 

@@ -23,9 +23,9 @@ def test_every_algorithm_has_presets_and_the_command_line_uses_them():
     from jaxrl import algorithms
     from jaxrl.workflow import cli
 
-    for name in algorithms.ALGORITHMS:
-        module = get(name)
-        assert isinstance(module.PRESETS, dict) and callable(module.preset), name
+    for name in algorithms.names():
+        record = get(name)
+        assert all(isinstance(settings, dict) for settings in record.presets.values()) and callable(record.preset), name
     args = cli.build_parser().parse_args(["train", "ppo", "--env", "MountainCar-v0"])
     assert cli.make_config(get("ppo"), args) == ppo.preset("MountainCar-v0")
 

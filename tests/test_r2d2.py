@@ -347,7 +347,7 @@ def test_seeds_and_a_traced_setting_compile_once_and_match_single_runs():
 
 
 def test_r2d2_preset_and_registry():
-    assert get("dqn") is dqn
+    assert get("dqn") is dqn.algorithm
     config = dqn.r2d2("CartPole-v1", n_step=2)
     assert config.memory == "lstm" and config.value_rescale and config.double and config.epsilon_per_env
     assert config.n_step == 2 and config.prioritized

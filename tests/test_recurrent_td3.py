@@ -57,7 +57,7 @@ def _encoder_step(params, h, obs):
     """The actor's or critic's encoder (the same layout) on one observation ``[2]`` from
     memory ``h [H]``: one step of a sequence of one, a black box (the core has its own
     test in tests/test_memory.py)."""
-    features, h = offpolicy.encode(td3.make_critic(CONFIG), params, obs[None, None], h[None])
+    features, h = offpolicy.encode(ddpg.make_critic(CONFIG), params, obs[None, None], h[None])
     return h[0], features[0, 0]
 
 
@@ -69,13 +69,13 @@ def encoder_step(params, h, obs):
 
 def policy_head(actor_params, features):
     """The deterministic actor's unit action ``[A]`` on features ``[H]``."""
-    out = td3.make_actor(CONFIG).apply(actor_params, jnp.asarray(features, jnp.float32), method="policy")
+    out = ddpg.make_actor(CONFIG).apply(actor_params, jnp.asarray(features, jnp.float32), method="policy")
     return np.asarray(out, np.float64)
 
 
 def q_heads(critic_params, features, unit_action):
     """Both critics' values ``[2]`` on features ``[H]`` and a unit action ``[A]``."""
-    q = td3.q_values(critic_params, jnp.asarray(features, jnp.float32), jnp.asarray(unit_action, jnp.float32), CONFIG)
+    q = ddpg.q_values(critic_params, jnp.asarray(features, jnp.float32), jnp.asarray(unit_action, jnp.float32), CONFIG)
     return np.asarray(q, np.float64)
 
 
@@ -176,9 +176,9 @@ def test_sequence_losses_match_a_step_by_step_numpy_reference(state_and_nets):
     key = jax.random.key(2)
     target_eps = np.asarray(jax.random.normal(key, (L - BURN_IN, B, 1)), np.float64)
     assert np.abs(CONFIG.target_noise * target_eps).max() > CONFIG.target_noise_clip  # the clip is exercised
-    target = jit(td3.critic_target)(state.target_params, batch, key, CONFIG)
-    c_loss, _ = jit(td3.critic_loss)(critic, target, batch, CONFIG)
-    a_loss = jit(td3.actor_loss)(actor, critic, batch, CONFIG)
+    target = jit(ddpg.critic_target)(state.target_params, batch, key, CONFIG)
+    c_loss, _ = jit(ddpg.critic_loss)(critic, target, batch, CONFIG)
+    a_loss = jit(ddpg.actor_loss)(actor, critic, batch, CONFIG)
     expected = reference_losses(nets, batch, target_eps)
     np.testing.assert_allclose(np.asarray(target), expected[0], rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(float(c_loss), expected[1], rtol=1e-4)
@@ -208,10 +208,10 @@ def test_burn_in_steps_only_warm_the_memory(state_and_nets):
     state, (_, critic, _, _) = state_and_nets
     batch = hand_made_batch(jax.random.key(5))
     batch["terminated"][:] = batch["truncated"][:] = False  # the burn-in memory reaches every window
-    target = jit(td3.critic_target)(state.target_params, batch, jax.random.key(0), CONFIG)
+    target = jit(ddpg.critic_target)(state.target_params, batch, jax.random.key(0), CONFIG)
 
     def loss_of_obs(obs):
-        return td3.critic_loss(critic, target, {**batch, "obs": obs}, CONFIG)[0]
+        return ddpg.critic_loss(critic, target, {**batch, "obs": obs}, CONFIG)[0]
 
     grad = np.asarray(jax.jit(jax.grad(loss_of_obs))(jnp.asarray(batch["obs"])))
     assert np.all(grad[:, :BURN_IN] == 0.0) and np.abs(grad[:, BURN_IN:]).max() > 0.0
@@ -230,8 +230,8 @@ def collected(init):
     state = init(jax.random.key(6), CONFIG)
     state = state.replace(carry=jax.tree.map(lambda c: c + 0.25, state.carry))
     first = state
-    state, _ = jit(td3.warmup_step)(state, jax.random.key(7), CONFIG)
-    state, _ = jit(td3.collect)(state, jax.random.key(8), CONFIG)
+    state, _ = jit(ddpg.warmup_step)(state, jax.random.key(7), CONFIG)
+    state, _ = jit(ddpg.collect)(state, jax.random.key(8), CONFIG)
     return first, state
 
 

@@ -2,4 +2,4 @@
 
 from jaxrl._deprecated import forward
 
-forward("jaxrl.checkpoint")
+__getattr__ = forward("jaxrl.checkpoint")

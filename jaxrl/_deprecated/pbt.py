@@ -2,4 +2,4 @@
 
 from jaxrl._deprecated import forward
 
-forward("jaxrl.pbt")
+__getattr__ = forward("jaxrl.pbt")

@@ -2,4 +2,4 @@
 
 from jaxrl._deprecated import forward
 
-forward("jaxrl.plots")
+__getattr__ = forward("jaxrl.plots")

@@ -2,4 +2,4 @@
 
 from jaxrl._deprecated import forward
 
-forward("jaxrl.program_cache")
+__getattr__ = forward("jaxrl.program_cache")

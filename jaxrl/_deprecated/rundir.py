@@ -2,4 +2,4 @@
 
 from jaxrl._deprecated import forward
 
-forward("jaxrl.rundir")
+__getattr__ = forward("jaxrl.rundir")

@@ -2,4 +2,4 @@
 
 from jaxrl._deprecated import forward
 
-forward("jaxrl.runner")
+__getattr__ = forward("jaxrl.runner")

@@ -2,4 +2,4 @@
 
 from jaxrl._deprecated import forward
 
-forward("jaxrl.saved")
+__getattr__ = forward("jaxrl.saved")

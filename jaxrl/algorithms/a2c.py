@@ -37,31 +37,11 @@ from flax import struct
 
 from jaxrl import envs, loop, optim, returns, rollout
 from jaxrl.algorithms import onpolicy
-from jaxrl.algorithms.onpolicy import State, act, evaluate, initial_carry, make_env, make_network, policy_and_value
+from jaxrl.algorithms.contract import Algorithm
+from jaxrl.algorithms.onpolicy import State, act, initial_carry
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_range, static
 from jaxrl.rollout import masked_mean
-from jaxrl.types import TrainOutput, Trajectory
-
-__all__ = [  # the contract; act, evaluate, State ... are jaxrl.algorithms.onpolicy's
-    "Config",
-    "PRESETS",
-    "preset",
-    "State",
-    "init",
-    "act",
-    "update",
-    "step",
-    "train",
-    "evaluate",
-    "make_env",
-    "make_network",
-    "policy_and_value",
-    "initial_carry",
-    "ADVANTAGES",
-    "targets",
-    "first_episode_mask",
-    "loss_fn",
-]
+from jaxrl.types import Trajectory
 
 ADVANTAGES = ("gae", "monte_carlo", "vtrace")
 
@@ -126,11 +106,6 @@ PRESETS = {
         learning_rate=3e-3,
     ),
 }
-
-
-def preset(env_id: str, **overrides) -> Config:
-    """A Config with settings tuned for ``env_id`` (the defaults where none are known)."""
-    return Config(env_id=env_id, **{**PRESETS.get(env_id, {}), **overrides})
 
 
 def init(key: jax.Array, config: Config) -> State:
@@ -260,10 +235,16 @@ def program(config: Config) -> loop.Program:
     return onpolicy.program(init, step, config)
 
 
-def train(key: jax.Array, config: Config) -> TrainOutput:
-    """``init`` then ``num_iterations`` of :func:`step` in one ``lax.scan``.
-
-    Metrics leaves are ``[num_iterations]``: those of :func:`step`, plus
-    ``eval_return`` / ``eval_length`` (NaN except at the ``num_evals`` evaluation points).
-    """
-    return loop.train(program(config), key)
+algorithm = Algorithm(
+    name="a2c",
+    Config=Config,
+    init=init,
+    act=act,
+    initial_carry=initial_carry,
+    update=update,
+    step=step,
+    program=program,
+    presets=PRESETS,
+    summary="Advantage actor-critic: one update per rollout, GAE, Monte-Carlo or V-trace advantages",
+)
+__getattr__ = algorithm.module_getattr(__name__)  # a2c.train, a2c.preset: the record's

@@ -53,11 +53,11 @@ from flax import struct
 
 from jaxrl import envs, evaluation, loop, networks, optim, returns, rollout
 from jaxrl.algorithms import requirements
+from jaxrl.algorithms.contract import Algorithm
 from jaxrl.buffers import replay
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_range, static
 from jaxrl.distributions import mask_actions
 from jaxrl.envs import pgx as pgx_games
-from jaxrl.types import TrainOutput
 
 PREFIX = envs.PGX_PREFIX
 GAMES = pgx_games.GAMES  # pgx's deterministic two-player zero-sum games with perfect information
@@ -217,11 +217,6 @@ class Config:
 
 
 PRESETS = {}
-
-
-def preset(env_id: str, **overrides) -> Config:
-    """A Config with settings tuned for ``env_id`` (the defaults where none are known)."""
-    return Config(env_id=env_id, **{**PRESETS.get(env_id, {}), **overrides})
 
 
 @struct.dataclass
@@ -903,9 +898,17 @@ def program(config: Config) -> loop.Program:
     )
 
 
-def train(key: jax.Array, config: Config) -> TrainOutput:
-    """``init``, then ``num_iterations`` iterations of :func:`step` in one scan. Metric
-    leaves are ``[num_iterations]``, with ``eval_return`` (mean outcome against a random
-    player; single-agent: mean episode return) NaN except at the ``num_evals``
-    evaluation points."""
-    return loop.train(program(config), key)
+algorithm = Algorithm(
+    name="alphazero",
+    Config=Config,
+    init=init,
+    act=act,
+    initial_carry=initial_carry,
+    update=update,
+    step=step,
+    program=program,
+    evaluate=evaluate,
+    presets=PRESETS,
+    summary="AlphaZero with Gumbel MuZero search (mctx): pgx self-play, or search on a single-agent env",
+)
+__getattr__ = algorithm.module_getattr(__name__)  # alphazero.train, alphazero.preset: the record's

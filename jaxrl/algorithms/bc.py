@@ -32,11 +32,11 @@ from flax import struct
 
 from jaxrl import data, envs, evaluation, loop, optim
 from jaxrl.algorithms import requirements
+from jaxrl.algorithms.contract import Algorithm
 from jaxrl.algorithms.offpolicy import initial_carry
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.distributions import Categorical, Normal, mask_actions
 from jaxrl.networks import Actor
-from jaxrl.types import TrainOutput
 
 
 @struct.dataclass
@@ -78,11 +78,6 @@ class Config:
 
 
 PRESETS = {}
-
-
-def preset(env_id: str, **overrides) -> Config:
-    """A Config with settings tuned for ``env_id`` (the defaults where none are known)."""
-    return Config(env_id=env_id, **{**PRESETS.get(env_id, {}), **overrides})
 
 
 @struct.dataclass
@@ -287,13 +282,17 @@ def load_config_dataset(config: Config) -> data.Dataset:
         raise FileNotFoundError(f"dataset_path {config.dataset_path!r}: no such file") from error
 
 
-def train(key: jax.Array, config: Config, dataset: data.Dataset | None = None) -> TrainOutput:
-    """``init`` then ``num_updates`` of :func:`step` in one ``lax.scan``.
-
-    ``dataset`` (leaves ``[S, ...]``) wins over ``config.dataset_path``; with neither,
-    a ValueError. A file loaded from ``dataset_path`` is read while tracing and becomes
-    a constant of the compiled program (fine for small datasets; pass large ones as an
-    argument). Metrics leaves are ``[num_updates]``: those of :func:`step`, plus
-    ``eval_return`` / ``eval_length`` (NaN except at the ``num_evals`` evaluation points).
-    """
-    return loop.train(program(config), key, dataset)
+algorithm = Algorithm(
+    name="bc",
+    Config=Config,
+    init=init,
+    act=act,
+    initial_carry=initial_carry,
+    update=update,
+    step=step,
+    program=program,
+    evaluate=evaluate,
+    presets=PRESETS,
+    summary="Behaviour cloning: supervised learning of a recorded dataset's actions",
+)
+__getattr__ = algorithm.module_getattr(__name__)  # bc.train, bc.preset: the record's

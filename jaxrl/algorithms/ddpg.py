@@ -44,9 +44,9 @@ from flax import struct
 
 from jaxrl import envs, evaluation, loop, networks, optim, rollout
 from jaxrl.algorithms import offpolicy
+from jaxrl.algorithms.contract import Algorithm
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.networks import Actor, ContinuousQ, RecurrentActor, RecurrentContinuousQ, ensemble
-from jaxrl.types import TrainOutput
 
 EXPLORATIONS = ("gaussian", "ou")
 LEARNER_METRICS = ("critic_loss", "actor_loss", "q_mean")
@@ -127,11 +127,6 @@ class Config(offpolicy.ReplaySchedule):
 
 
 PRESETS = {}
-
-
-def preset(env_id: str, **overrides) -> Config:
-    """A Config with settings tuned for ``env_id`` (the defaults where none are known)."""
-    return Config(env_id=env_id, **{**PRESETS.get(env_id, {}), **overrides})
 
 
 @struct.dataclass
@@ -474,9 +469,17 @@ def program(config: Config) -> loop.Program:
     return offpolicy.program(init, step, warmup_step, evaluate, config)
 
 
-def train(key: jax.Array, config: Config) -> TrainOutput:
-    """``init``, then ``num_iterations`` iterations in one scan: :func:`warmup_step` for
-    the first ``warmup_iterations``, :func:`step` after. Metric leaves are
-    ``[num_iterations]``, with ``eval_return`` / ``eval_length`` NaN except at the
-    ``num_evals`` evaluation points."""
-    return loop.train(program(config), key)
+algorithm = Algorithm(
+    name="ddpg",
+    Config=Config,
+    init=init,
+    act=act,
+    initial_carry=initial_carry,
+    update=update,
+    step=step,
+    program=program,
+    evaluate=evaluate,
+    presets=PRESETS,
+    summary="DDPG: a deterministic actor and Q-critics on replay, for continuous actions",
+)
+__getattr__ = algorithm.module_getattr(__name__)  # ddpg.train, ddpg.preset: the record's

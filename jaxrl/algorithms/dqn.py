@@ -46,11 +46,11 @@ from flax import struct
 
 from jaxrl import envs, evaluation, loop, networks, optim, returns, rollout
 from jaxrl.algorithms import offpolicy, requirements
+from jaxrl.algorithms.contract import Algorithm
 from jaxrl.buffers import prioritized, sequence
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.distributions import mask_actions
 from jaxrl.networks import QNetwork
-from jaxrl.types import TrainOutput
 
 LEARNER_METRICS = ("loss", "q_mean", "td_abs")
 MIXERS = ("none", "vdn")  # how a multi-agent config combines the agents' values
@@ -249,18 +249,11 @@ R2D2 = dict(
     per_beta_end=0.6,
 )
 
-VARIANTS = {"rainbow": RAINBOW, "r2d2": R2D2}  # named flag sets (the CLI's --variant)
-
-
-def preset(env_id: str, **overrides) -> Config:
-    """A Config with settings tuned for ``env_id`` (the defaults where none are known)."""
-    return Config(env_id=env_id, **{**PRESETS.get(env_id, {}), **overrides})
-
 
 def rainbow(env_id: str = "CartPole-v1", **overrides) -> Config:
     """The Rainbow preset: every flag on (double, dueling, 3-step, prioritized, C51,
     noisy nets, no epsilon-greedy), on top of ``preset(env_id)``."""
-    return preset(env_id, **{**RAINBOW, **overrides})
+    return algorithm.preset(env_id, **{**RAINBOW, **overrides})
 
 
 def r2d2(env_id: str = "CartPole-v1", **overrides) -> Config:
@@ -268,7 +261,7 @@ def r2d2(env_id: str = "CartPole-v1", **overrides) -> Config:
     head, double Q-learning, n-step targets with value rescaling, prioritized sequence
     replay with burn-in and per-env epsilons, on top of ``preset(env_id)``; the window
     sizes are the Config's defaults, shorter than the paper's Atari ones."""
-    return preset(env_id, **{**R2D2, **overrides})
+    return algorithm.preset(env_id, **{**R2D2, **overrides})
 
 
 @struct.dataclass
@@ -813,9 +806,18 @@ def program(config: Config) -> loop.Program:
     return offpolicy.program(init, step, warmup_step, evaluate, config)
 
 
-def train(key: jax.Array, config: Config) -> TrainOutput:
-    """``init``, then ``num_iterations`` iterations in one scan: :func:`warmup_step` for
-    the first ``warmup_iterations``, :func:`step` after. Metric leaves are
-    ``[num_iterations]``, with ``eval_return`` / ``eval_length`` NaN except at the
-    ``num_evals`` evaluation points."""
-    return loop.train(program(config), key)
+algorithm = Algorithm(
+    name="dqn",
+    Config=Config,
+    init=init,
+    act=act,
+    initial_carry=initial_carry,
+    update=update,
+    step=step,
+    program=program,
+    evaluate=evaluate,
+    presets=PRESETS,
+    variants={"rainbow": RAINBOW, "r2d2": R2D2},
+    summary="Deep Q-networks with the Rainbow extensions (double, dueling, n-step, prioritized, C51, noisy)",
+)
+__getattr__ = algorithm.module_getattr(__name__)  # dqn.train, dqn.preset: the record's

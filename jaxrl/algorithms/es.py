@@ -45,31 +45,9 @@ from jax.flatten_util import ravel_pytree
 
 from jaxrl import envs, evaluation, loop, networks
 from jaxrl.algorithms import requirements
+from jaxrl.algorithms.contract import Algorithm
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.distributions import mask_actions
-from jaxrl.types import TrainOutput
-
-__all__ = [
-    "Config",
-    "PRESETS",
-    "preset",
-    "State",
-    "Generation",
-    "STRATEGIES",
-    "init",
-    "initial_carry",
-    "act",
-    "ask",
-    "play",
-    "update",
-    "step",
-    "evaluate",
-    "train",
-    "program",
-    "make_network",
-    "centered_ranks",
-    "es_gradient",
-]
 
 STRATEGIES = ("openai_es", "cma_es", "snes")
 
@@ -144,11 +122,6 @@ class Config:
 
 
 PRESETS = {}
-
-
-def preset(env_id: str, **overrides) -> Config:
-    """A Config with settings tuned for ``env_id`` (the defaults where none are known)."""
-    return Config(env_id=env_id, **{**PRESETS.get(env_id, {}), **overrides})
 
 
 @struct.dataclass
@@ -466,7 +439,17 @@ def program(config: Config) -> loop.Program:
     )
 
 
-def train(key: jax.Array, config: Config) -> TrainOutput:
-    """``init`` then ``num_iterations`` generations in one ``lax.scan``, with periodic
-    deterministic evaluation of the mean (``eval_return``, NaN between evaluations)."""
-    return loop.train(program(config), key)
+algorithm = Algorithm(
+    name="es",
+    Config=Config,
+    init=init,
+    act=act,
+    initial_carry=initial_carry,
+    update=update,
+    step=step,
+    program=program,
+    evaluate=evaluate,
+    presets=PRESETS,
+    summary="Evolution strategies over policy weights: OpenAI-ES, CMA-ES, SNES",
+)
+__getattr__ = algorithm.module_getattr(__name__)  # es.train, es.preset: the record's

@@ -15,22 +15,6 @@ from __future__ import annotations
 from flax import struct
 
 from jaxrl.algorithms import a2c
-from jaxrl.algorithms.a2c import (
-    State,
-    act,
-    evaluate,
-    init,
-    initial_carry,
-    loss_fn,
-    make_env,
-    make_network,
-    policy_and_value,
-    program,
-    step,
-    targets,
-    train,
-    update,
-)
 from jaxrl.config import static
 
 
@@ -45,27 +29,10 @@ class Config(a2c.Config):
 PRESETS = {}
 
 
-def preset(env_id: str, **overrides) -> Config:
-    """A Config with settings tuned for ``env_id`` (the defaults where none are known)."""
-    return Config(env_id=env_id, **{**PRESETS.get(env_id, {}), **overrides})
-
-
-__all__ = [  # the algorithm contract: A2C's functions with this Config
-    "Config",
-    "PRESETS",
-    "preset",
-    "State",
-    "act",
-    "evaluate",
-    "init",
-    "initial_carry",
-    "loss_fn",
-    "make_env",
-    "make_network",
-    "policy_and_value",
-    "program",
-    "step",
-    "targets",
-    "train",
-    "update",
-]
+algorithm = a2c.algorithm.variant(
+    "impala",
+    Config,
+    PRESETS,
+    summary="IMPALA: actor-critic with V-trace for actors acting with stale params",
+)
+__getattr__ = algorithm.module_getattr(__name__)  # impala.train, impala.preset: the record's

@@ -19,31 +19,6 @@ from __future__ import annotations
 from flax import struct
 
 from jaxrl.algorithms import dqn
-from jaxrl.algorithms.dqn import (
-    LEARNER_METRICS,
-    MIXERS,
-    State,
-    act,
-    allowed,
-    at_action,
-    env_spec,
-    epsilon,
-    evaluate,
-    init,
-    initial_carry,
-    loss_fn,
-    make_network,
-    make_optimizer,
-    program,
-    q_values,
-    sample,
-    step,
-    taken_and_next,
-    train,
-    update,
-    vdn_values,
-    warmup_step,
-)
 from jaxrl.config import static
 
 
@@ -69,36 +44,7 @@ class Config(dqn.Config):
 PRESETS = {"MultiAgentClimbing-v0": {}}
 
 
-def preset(env_id: str, **overrides) -> Config:
-    """A Config with settings tuned for ``env_id`` (the defaults where none are known)."""
-    return Config(env_id=env_id, **{**PRESETS.get(env_id, {}), **overrides})
-
-
-__all__ = [  # the algorithm contract: DQN's functions with this Config
-    "Config",
-    "PRESETS",
-    "preset",
-    "LEARNER_METRICS",
-    "MIXERS",
-    "State",
-    "act",
-    "allowed",
-    "at_action",
-    "env_spec",
-    "epsilon",
-    "evaluate",
-    "init",
-    "initial_carry",
-    "loss_fn",
-    "make_network",
-    "make_optimizer",
-    "program",
-    "q_values",
-    "sample",
-    "step",
-    "taken_and_next",
-    "train",
-    "update",
-    "vdn_values",
-    "warmup_step",
-]
+algorithm = dqn.algorithm.variant(
+    "iql", Config, PRESETS, summary="Independent Q-learning: DQN on a multi-agent env's agents"
+)
+__getattr__ = algorithm.module_getattr(__name__)  # iql.train, iql.preset: the record's

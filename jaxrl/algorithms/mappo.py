@@ -23,24 +23,6 @@ from __future__ import annotations
 from flax import struct
 
 from jaxrl.algorithms import ippo
-from jaxrl.algorithms.ppo import (
-    State,
-    act,
-    compute_targets,
-    evaluate,
-    init,
-    initial_carry,
-    loss_fn,
-    make_env,
-    make_network,
-    minibatch_policy_and_value,
-    minibatch_rows,
-    policy_and_value,
-    program,
-    step,
-    train,
-    update,
-)
 from jaxrl.config import static
 
 
@@ -56,29 +38,5 @@ class Config(ippo.Config):
 PRESETS = ippo.PRESETS
 
 
-def preset(env_id: str, **overrides) -> Config:
-    """A Config with settings tuned for ``env_id`` (the defaults where none are known)."""
-    return Config(env_id=env_id, **{**PRESETS.get(env_id, {}), **overrides})
-
-
-__all__ = [  # the algorithm contract: PPO's functions with this Config
-    "Config",
-    "PRESETS",
-    "State",
-    "act",
-    "compute_targets",
-    "evaluate",
-    "init",
-    "initial_carry",
-    "loss_fn",
-    "make_env",
-    "make_network",
-    "minibatch_policy_and_value",
-    "minibatch_rows",
-    "policy_and_value",
-    "preset",
-    "program",
-    "step",
-    "train",
-    "update",
-]
+algorithm = ippo.algorithm.variant("mappo", Config, PRESETS, summary="MAPPO: multi-agent PPO with a centralised critic")
+__getattr__ = algorithm.module_getattr(__name__)  # mappo.train, mappo.preset: the record's

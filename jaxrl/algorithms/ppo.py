@@ -31,31 +31,11 @@ from flax import struct
 
 from jaxrl import loop, optim, returns, rollout
 from jaxrl.algorithms import onpolicy
-from jaxrl.algorithms.onpolicy import State, act, evaluate, initial_carry, make_env, make_network, policy_and_value
+from jaxrl.algorithms.contract import Algorithm
+from jaxrl.algorithms.onpolicy import State, act, initial_carry, policy_and_value
 from jaxrl.config import require_int, require_range, static
 from jaxrl.rollout import masked_mean
-from jaxrl.types import TrainOutput, Trajectory
-
-__all__ = [  # the contract; act, evaluate, State ... are jaxrl.algorithms.onpolicy's
-    "Config",
-    "State",
-    "init",
-    "act",
-    "initial_carry",
-    "update",
-    "step",
-    "train",
-    "evaluate",
-    "make_env",
-    "make_network",
-    "policy_and_value",
-    "PRESETS",
-    "preset",
-    "loss_fn",
-    "compute_targets",
-    "minibatch_rows",
-    "minibatch_policy_and_value",
-]
+from jaxrl.types import Trajectory
 
 
 @struct.dataclass
@@ -201,11 +181,6 @@ PRESETS = {
 }
 
 
-def preset(env_id: str, **overrides) -> Config:
-    """A Config with settings tuned for ``env_id`` (the defaults where none are known)."""
-    return Config(env_id=env_id, **{**PRESETS.get(env_id, {}), **overrides})
-
-
 def init(key: jax.Array, config: Config) -> State:
     """Network, optimiser and ``num_envs`` freshly reset envs."""
     return onpolicy.init(key, config, updates_per_iteration=config.num_epochs * config.num_minibatches)
@@ -349,10 +324,16 @@ def program(config: Config) -> loop.Program:
     return onpolicy.program(init, step, config)
 
 
-def train(key: jax.Array, config: Config) -> TrainOutput:
-    """``init`` then ``num_iterations`` of :func:`step` in one ``lax.scan``.
-
-    Metrics leaves are ``[num_iterations]``: those of :func:`step`, plus
-    ``eval_return`` / ``eval_length`` (NaN except at the ``num_evals`` evaluation points).
-    """
-    return loop.train(program(config), key)
+algorithm = Algorithm(
+    name="ppo",
+    Config=Config,
+    init=init,
+    act=act,
+    initial_carry=initial_carry,
+    update=update,
+    step=step,
+    program=program,
+    presets=PRESETS,
+    summary="Proximal Policy Optimization: clipped surrogate, GAE, minibatch epochs; discrete, continuous, memory",
+)
+__getattr__ = algorithm.module_getattr(__name__)  # ppo.train, ppo.preset: the record's

@@ -16,23 +16,6 @@ from typing import Any
 from flax import struct
 
 from jaxrl.algorithms import a2c
-from jaxrl.algorithms.a2c import (
-    State,
-    act,
-    evaluate,
-    first_episode_mask,
-    init,
-    initial_carry,
-    loss_fn,
-    make_env,
-    make_network,
-    policy_and_value,
-    program,
-    step,
-    targets,
-    train,
-    update,
-)
 from jaxrl.config import static
 
 
@@ -53,28 +36,10 @@ class Config(a2c.Config):
 PRESETS = {}
 
 
-def preset(env_id: str, **overrides) -> Config:
-    """A Config with settings tuned for ``env_id`` (the defaults where none are known)."""
-    return Config(env_id=env_id, **{**PRESETS.get(env_id, {}), **overrides})
-
-
-__all__ = [  # the algorithm contract: A2C's functions with this Config
-    "Config",
-    "PRESETS",
-    "preset",
-    "State",
-    "act",
-    "evaluate",
-    "first_episode_mask",
-    "init",
-    "initial_carry",
-    "loss_fn",
-    "make_env",
-    "make_network",
-    "policy_and_value",
-    "program",
-    "step",
-    "targets",
-    "train",
-    "update",
-]
+algorithm = a2c.algorithm.variant(
+    "reinforce",
+    Config,
+    PRESETS,
+    summary="REINFORCE: whole-episode Monte-Carlo policy gradient",
+)
+__getattr__ = algorithm.module_getattr(__name__)  # reinforce.train, reinforce.preset: the record's

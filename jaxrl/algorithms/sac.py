@@ -50,6 +50,7 @@ from flax import struct
 
 from jaxrl import envs, evaluation, loop, networks, optim, rollout
 from jaxrl.algorithms import offpolicy, requirements
+from jaxrl.algorithms.contract import Algorithm
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.distributions import (
     Categorical,
@@ -60,7 +61,6 @@ from jaxrl.distributions import (
     sde_next_matrix,
 )
 from jaxrl.networks import Actor, ContinuousQ, QNetwork, RecurrentActor, RecurrentContinuousQ, ensemble
-from jaxrl.types import TrainOutput
 
 LEARNER_METRICS = ("critic_loss", "actor_loss", "alpha_loss", "q_mean", "alpha", "entropy")
 
@@ -175,11 +175,6 @@ PRESETS = {
         total_timesteps=50_000,
     ),
 }
-
-
-def preset(env_id: str, **overrides) -> Config:
-    """A Config with settings tuned for ``env_id`` (the defaults where none are known)."""
-    return Config(env_id=env_id, **{**PRESETS.get(env_id, {}), **overrides})
 
 
 @struct.dataclass
@@ -610,9 +605,17 @@ def program(config: Config) -> loop.Program:
     return offpolicy.program(init, step, warmup_step, evaluate, config)
 
 
-def train(key: jax.Array, config: Config) -> TrainOutput:
-    """``init``, then ``num_iterations`` iterations in one scan: :func:`warmup_step` for
-    the first ``warmup_iterations``, :func:`step` after. Metric leaves are
-    ``[num_iterations]``, with ``eval_return`` / ``eval_length`` NaN except at the
-    ``num_evals`` evaluation points."""
-    return loop.train(program(config), key)
+algorithm = Algorithm(
+    name="sac",
+    Config=Config,
+    init=init,
+    act=act,
+    initial_carry=initial_carry,
+    update=update,
+    step=step,
+    program=program,
+    evaluate=evaluate,
+    presets=PRESETS,
+    summary="Soft actor-critic: maximum-entropy actor, twin critics, tuned temperature; continuous or discrete",
+)
+__getattr__ = algorithm.module_getattr(__name__)  # sac.train, sac.preset: the record's

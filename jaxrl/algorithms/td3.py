@@ -14,28 +14,6 @@ from __future__ import annotations
 from flax import struct
 
 from jaxrl.algorithms import ddpg
-from jaxrl.algorithms.ddpg import (
-    LEARNER_METRICS,
-    State,
-    act,
-    actor_loss,
-    collect,
-    critic_loss,
-    critic_target,
-    env_spec,
-    evaluate,
-    init,
-    initial_carry,
-    make_actor,
-    make_critic,
-    make_optimizer,
-    program,
-    q_values,
-    step,
-    train,
-    update,
-    warmup_step,
-)
 from jaxrl.config import static
 
 
@@ -58,33 +36,10 @@ PRESETS = {
 }
 
 
-def preset(env_id: str, **overrides) -> Config:
-    """A Config with settings tuned for ``env_id`` (the defaults where none are known)."""
-    return Config(env_id=env_id, **{**PRESETS.get(env_id, {}), **overrides})
-
-
-__all__ = [  # the algorithm contract: DDPG's functions with this Config
-    "Config",
-    "LEARNER_METRICS",
-    "PRESETS",
-    "preset",
-    "State",
-    "act",
-    "actor_loss",
-    "collect",
-    "critic_loss",
-    "critic_target",
-    "env_spec",
-    "evaluate",
-    "init",
-    "initial_carry",
-    "make_actor",
-    "make_critic",
-    "make_optimizer",
-    "program",
-    "q_values",
-    "step",
-    "train",
-    "update",
-    "warmup_step",
-]
+algorithm = ddpg.algorithm.variant(
+    "td3",
+    Config,
+    PRESETS,
+    summary="TD3: DDPG with twin critics, a delayed actor and target smoothing",
+)
+__getattr__ = algorithm.module_getattr(__name__)  # td3.train, td3.preset: the record's

@@ -24,31 +24,6 @@ from __future__ import annotations
 from flax import struct
 
 from jaxrl.algorithms import iql
-from jaxrl.algorithms.dqn import (
-    LEARNER_METRICS,
-    MIXERS,
-    State,
-    act,
-    allowed,
-    at_action,
-    env_spec,
-    epsilon,
-    evaluate,
-    init,
-    initial_carry,
-    loss_fn,
-    make_network,
-    make_optimizer,
-    program,
-    q_values,
-    sample,
-    step,
-    taken_and_next,
-    train,
-    update,
-    vdn_values,
-    warmup_step,
-)
 from jaxrl.config import static
 
 
@@ -64,36 +39,7 @@ class Config(iql.Config):
 PRESETS = iql.PRESETS
 
 
-def preset(env_id: str, **overrides) -> Config:
-    """A Config with settings tuned for ``env_id`` (the defaults where none are known)."""
-    return Config(env_id=env_id, **{**PRESETS.get(env_id, {}), **overrides})
-
-
-__all__ = [  # the algorithm contract: DQN's functions with this Config
-    "Config",
-    "PRESETS",
-    "preset",
-    "LEARNER_METRICS",
-    "MIXERS",
-    "State",
-    "act",
-    "allowed",
-    "at_action",
-    "env_spec",
-    "epsilon",
-    "evaluate",
-    "init",
-    "initial_carry",
-    "loss_fn",
-    "make_network",
-    "make_optimizer",
-    "program",
-    "q_values",
-    "sample",
-    "step",
-    "taken_and_next",
-    "train",
-    "update",
-    "vdn_values",
-    "warmup_step",
-]
+algorithm = iql.algorithm.variant(
+    "vdn", Config, PRESETS, summary="VDN: DQN trained through the sum of the agents' Q-values"
+)
+__getattr__ = algorithm.module_getattr(__name__)  # vdn.train, vdn.preset: the record's

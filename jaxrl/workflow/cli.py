@@ -42,26 +42,34 @@ def _parse_value(text: str, default, field: str):
             return int(text) if text.strip().lstrip("+-").isdigit() else float(text)
         if isinstance(default, tuple):
             return tuple(int(part) for part in text.replace(" ", "").split(",") if part)
+        if dataclasses.is_dataclass(default):  # a part: "none", a switch, or a shorthand the Config reads
+            lowered = text.strip().lower()
+            if lowered == "none":
+                return None
+            return {"true": True, "false": False}.get(lowered, text)
         return text
     except ValueError:
         kind = "a number or 'none'" if default is None else type(default).__name__
         raise UsageError(f"cannot parse {field}={text!r} as {kind}") from None
 
 
-def _fields(config_cls):
-    return [f for f in dataclasses.fields(config_cls) if f.name not in ("env_id", "env_kwargs")]
+def _settable(config_cls) -> dict:
+    """``{path: (default, static)}`` of the fields ``--set`` takes (a part's fields by
+    their dotted path; not the env, which has its own options)."""
+    from jaxrl.config import field_paths
+
+    return {path: entry for path, entry in field_paths(config_cls).items() if path not in ("env_id", "env_kwargs")}
 
 
 def _describe_fields(config_cls) -> str:
-    from jaxrl.config import static_fields
-
-    static = set(static_fields(config_cls))
     lines = ["config fields (set with --set field=value; [static] fields change the compiled program):"]
-    for f in _fields(config_cls):
-        kind = "static" if f.name in static else "traced"
-        default = f.default
-        shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
-        lines.append(f"  {f.name:<24} {str(shown):<12} [{kind}]")
+    for path, (default, static) in _settable(config_cls).items():
+        if dataclasses.is_dataclass(default):
+            shown, kind = type(default).__name__, "part"
+        else:
+            shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+            kind = "static" if static else "traced"
+        lines.append(f"  {path:<24} {str(shown):<12} [{kind}]")
     return "\n".join(lines)
 
 
@@ -76,9 +84,9 @@ def _key_value(text: str) -> tuple[str, str]:
 ALIASES = {"lr": "learning_rate"}
 
 
-def _add_config_arguments(sub, module) -> None:
+def _add_config_arguments(sub, record) -> None:
     """The options that build a Config (shared by ``train`` and ``sweep``)."""
-    sub.add_argument("--env", default=module.Config.env_id, help="env id, e.g. CartPole-v1 (default: %(default)s)")
+    sub.add_argument("--env", default=record.Config.env_id, help="env id, e.g. CartPole-v1 (default: %(default)s)")
     sub.add_argument("--seeds", type=int, default=1, help="seeds trained together with vmap (default: 1)")
     sub.add_argument("--seed", type=int, default=0, help="base random seed (default: 0)")
     sub.add_argument("--total-timesteps", type=int, default=None, help="env steps per seed")
@@ -99,7 +107,7 @@ def _add_config_arguments(sub, module) -> None:
         help="override an env parameter, e.g. max_steps_in_episode=200 (repeatable)",
     )
     sub.add_argument("--no-preset", action="store_true", help="ignore the tuned settings for this env")
-    variants = getattr(module, "VARIANTS", {})
+    variants = record.variants
     if variants:
         sub.add_argument(
             "--variant",
@@ -114,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m jaxrl", description="Train jaxrl agents.")
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="train an algorithm on an env, several seeds at once")
-    for sub in _algorithm_parsers(train, lambda name, module: (module.__doc__ or "").strip().splitlines()[0]):
+    for sub in _algorithm_parsers(train, lambda name, record: record.summary or f"train {name}"):
         sub.add_argument("--no-progress", action="store_true", help="hide the progress bar")
         sub.add_argument("--json", metavar="PATH", help="also write the summary as JSON")
         _add_run_directory_arguments(sub, "run")
@@ -134,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         sub.add_argument("--plot", action="store_true", help="write learning curves as PNG (needs matplotlib)")
     sweep = commands.add_parser("sweep", help="seeds x a grid of traced hyper-parameters in one compiled program")
-    for sub in _algorithm_parsers(sweep, lambda name, module: f"sweep {name}"):
+    for sub in _algorithm_parsers(sweep, lambda name, record: f"sweep {name}"):
         sub.add_argument(
             "--grid",
             type=_key_value,
@@ -150,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     pbt = commands.add_parser(
         "pbt", help="population-based training: members exploit and explore traced hyper-parameters"
     )
-    for sub in _algorithm_parsers(pbt, lambda name, module: f"population-based training of {name}"):
+    for sub in _algorithm_parsers(pbt, lambda name, record: f"population-based training of {name}"):
         sub.add_argument(
             "--bounds",
             type=_key_value,
@@ -224,22 +232,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _algorithm_parsers(command, describe):
-    """One sub-parser of ``command`` per algorithm (``describe(name, module)`` its help),
+    """One sub-parser of ``command`` per algorithm (``describe(name, record)`` its help),
     each with the options that build its Config; yields them for the command's own options."""
     from jaxrl import algorithms
 
     algos = command.add_subparsers(
-        dest="algorithm", required=True, metavar="ALGORITHM", help=f"one of: {', '.join(algorithms.ALGORITHMS)}"
+        dest="algorithm", required=True, metavar="ALGORITHM", help=f"one of: {', '.join(algorithms.names())}"
     )
-    for name in algorithms.ALGORITHMS:
-        module = algorithms.get(name)
+    for name in algorithms.names():
+        record = algorithms.get(name)
         sub = algos.add_parser(
             name,
-            help=describe(name, module),
-            epilog=_describe_fields(module.Config),
+            help=describe(name, record),
+            epilog=_describe_fields(record.Config),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        _add_config_arguments(sub, module)
+        _add_config_arguments(sub, record)
         yield sub
 
 
@@ -292,23 +300,27 @@ def _add_saved_run_arguments(sub) -> None:
 
 
 def parse_overrides(config_cls, pairs, algorithm: str) -> dict:
-    """``[(field, text), ...]`` (``--set field=value``) -> Config overrides, each value
-    parsed as its field's default's type (tuples as ``64,64``). Raises UsageError for an
-    unknown field or a value that does not parse."""
-    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    """``[(field, text), ...]`` (``--set field=value``; a part's field by its dotted path,
+    ``exploration.end=0.01``) -> Config overrides, each value parsed as its field's
+    default's type (tuples as ``64,64``). Raises UsageError for an unknown field or a value
+    that does not parse."""
+    fields = _settable(config_cls)
     overrides = {}
     for name, text in pairs:
-        if name not in fields or name in ("env_id", "env_kwargs"):
-            choices = sorted(set(fields) - {"env_id", "env_kwargs"})
-            raise UsageError(f"unknown config field {name!r} for {algorithm}; fields: {', '.join(choices)}")
-        overrides[name] = _parse_value(text, fields[name].default, name)
+        if name not in fields:
+            raise UsageError(f"unknown config field {name!r} for {algorithm}; fields: {', '.join(sorted(fields))}")
+        overrides[name] = _parse_value(text, fields[name][0], name)
     return overrides
 
 
-def make_config(module, args):
-    """The Config the command line asks for (raises UsageError on bad input)."""
-    fields = {f.name: f for f in dataclasses.fields(module.Config)}
-    overrides = parse_overrides(module.Config, args.set, args.algorithm)
+def make_config(record, args):
+    """The Config the command line asks for (raises UsageError on bad input): the preset
+    (or the defaults), the variant, the top-level fields, then the parts' fields."""
+    from jaxrl.config import replace_paths
+
+    fields = {f.name: f for f in dataclasses.fields(record.Config)}
+    overrides = parse_overrides(record.Config, args.set, args.algorithm)
+    in_parts = {path: overrides.pop(path) for path in list(overrides) if "." in path}
     if args.total_timesteps is not None:
         if "total_timesteps" not in fields:
             raise UsageError(
@@ -328,10 +340,12 @@ def make_config(module, args):
         raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
     try:
         if getattr(args, "variant", None):
-            overrides = {**module.VARIANTS[args.variant], **overrides}
-        if hasattr(module, "preset") and not args.no_preset:
-            return module.preset(args.env, **overrides)
-        return module.Config(env_id=args.env, **overrides)
+            overrides = {**record.variants[args.variant], **overrides}
+        if args.no_preset:
+            config = record.Config(env_id=args.env, **overrides)
+        else:
+            config = record.preset(args.env, **overrides)
+        return replace_paths(config, in_parts)
     except (ValueError, TypeError) as error:
         raise UsageError(str(error)) from None
 
@@ -350,16 +364,16 @@ def train_command(args) -> int:
     from jaxrl import algorithms
     from jaxrl.workflow import metrics, runner
 
-    module = algorithms.get(args.algorithm)
-    config = make_config(module, args)
+    record = algorithms.get(args.algorithm)
+    config = make_config(record, args)
     _use_compilation_cache(args)
-    program = module.program(config)
+    program = record.program(config)
     num_iterations, total, counter = program.num_iterations, program.budget, program.counter
     unit = "env step" if counter == "timesteps" else "update"
     print(f"{args.algorithm} on {config.env_id}: {args.seeds} seed(s) x {total:,} {unit}s (compiling...)", flush=True)
     try:
         result = runner.run(
-            module,
+            record,
             config,
             seeds=args.seeds,
             seed=args.seed,
@@ -430,8 +444,8 @@ def sweep_command(args) -> int:
     from jaxrl import algorithms
     from jaxrl.workflow import sweep
 
-    module = algorithms.get(args.algorithm)
-    config = make_config(module, args)
+    record = algorithms.get(args.algorithm)
+    config = make_config(record, args)
     _use_compilation_cache(args)
     if not args.grid:
         raise UsageError("give at least one --grid field=v1,v2,...")
@@ -449,12 +463,12 @@ def sweep_command(args) -> int:
             chunked = dict(
                 logdir=args.logdir,
                 loggers=_logger_names(args),
-                chunk_iterations=_chunking(args, module.program(config).num_iterations),
+                chunk_iterations=_chunking(args, record.program(config).num_iterations),
                 checkpoint_every=args.checkpoint_every,
                 resume=args.resume,
                 progress=True,
             )
-        result = sweep.run(module, config, settings, seeds=args.seeds, seed=args.seed, **chunked)
+        result = sweep.run(record, config, settings, seeds=args.seeds, seed=args.seed, **chunked)
         rows = sweep.summarize(result, metric=args.metric)
     except ValueError as error:
         raise UsageError(str(error)) from None
@@ -487,14 +501,14 @@ def pbt_command(args) -> int:
     from jaxrl import algorithms
     from jaxrl.workflow import metrics, pbt, sweep
 
-    module = algorithms.get(args.algorithm)
-    config = make_config(module, args)
+    record = algorithms.get(args.algorithm)
+    config = make_config(record, args)
     _use_compilation_cache(args)
     if not args.bounds:
         raise UsageError("give at least one --bounds field=low:high")
     bounds = _numbers(args.bounds, "--bounds", ":", "low:high", count=2)
     try:
-        num_iterations = module.program(config).num_iterations
+        num_iterations = record.program(config).num_iterations
         if args.interval < 1 or num_iterations % args.interval:
             raise ValueError(
                 f"--interval must be an int >= 1 dividing the run's {num_iterations} iterations, got {args.interval}"
@@ -506,7 +520,7 @@ def pbt_command(args) -> int:
             flush=True,
         )
         result = pbt.train(
-            module,
+            record,
             config,
             bounds,
             population=args.population,
@@ -603,7 +617,7 @@ def _load_run(args):
 
 
 def _describe_run(run) -> str:
-    program = run.module.program(run.config)
+    program = run.record.program(run.config)
     return (
         f"{run.algorithm} on {run.env_id} ({run.logdir}), checkpoint at iteration {run.step:,} "
         f"of {program.num_iterations:,}"

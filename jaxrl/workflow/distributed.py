@@ -38,7 +38,6 @@ parallel run) are readable on every process; lane-sharded ones through :func:`to
 from __future__ import annotations
 
 import time
-from types import ModuleType
 from typing import NamedTuple
 
 import jax
@@ -147,10 +146,11 @@ def to_host(tree):
     return jax.tree.map(one, tree)
 
 
-def _module(algorithm) -> ModuleType:
+def _module(algorithm):
+    """The record of an algorithm given by name, record or module."""
     from jaxrl import algorithms
 
-    return algorithms.get(algorithm) if isinstance(algorithm, str) else algorithm
+    return algorithms.resolve(algorithm)
 
 
 # ----------------------------------------------------------------------------- lanes

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl import loop
-from jaxrl.config import sweep_axes, swept_config
+from jaxrl.config import get_path, replace_paths, sweep_axes, swept_config
 from jaxrl.workflow import rundir
 
 # State fields that belong to a member's own stream of experience, not to its agent:
@@ -162,8 +162,8 @@ def train(
     from jaxrl import algorithms
     from jaxrl.workflow import runner
 
-    name = algorithm if isinstance(algorithm, str) else algorithm.__name__.rsplit(".", 1)[-1]
-    module = algorithms.get(algorithm) if isinstance(algorithm, str) else algorithm
+    module = algorithms.resolve(algorithm)
+    name = module.name
     if not isinstance(population, int) or population < 2:
         raise ValueError(f"population must be an int >= 2, got {population!r}")
     if not 0 < fraction <= 0.5:
@@ -195,7 +195,7 @@ def train(
             raise ValueError(f"initial[{field!r}] must be {population} values within {bounds[field]}")
     configs = swept_config(config, initial)  # checks the fields are traced and in range
     axes = sweep_axes(configs)
-    start_values = {field: getattr(configs, field) for field in bounds}
+    start_values = {field: get_path(configs, field) for field in bounds}
 
     def population_init(key):
         init_key, run_key, pbt_key = jax.random.split(key, 3)
@@ -213,7 +213,7 @@ def train(
 
         def one_round(carry, round_index):
             states, values = carry
-            round_configs = configs.replace(**values)
+            round_configs = replace_paths(configs, values)
 
             def member_round(state, member_key, member_config):
                 program = module.program(member_config)
@@ -222,7 +222,7 @@ def train(
             states, metrics = jax.vmap(member_round, in_axes=(0, 0, axes))(states, tree["run_keys"], round_configs)
             if score_metric not in metrics:
                 raise ValueError(
-                    f"score_metric {score_metric!r} is not a metric of {module.__name__}; "
+                    f"score_metric {score_metric!r} is not a metric of {name}; "
                     f"its metrics: {', '.join(sorted(metrics))}"
                 )
             scores = jnp.nanmean(metrics[score_metric], axis=1)

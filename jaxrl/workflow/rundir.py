@@ -9,10 +9,11 @@ resumed by a different one. ::
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from typing import Any
+
+from jaxrl.config import fields_to_json
 
 # Config fields a run does not depend on: the runner leaves progress reports out of its
 # programs and shows progress between chunks instead.
@@ -22,7 +23,7 @@ NOT_IN_META = ("num_reports",)
 def meta(algorithm: str, config, **run) -> dict:
     """What identifies a run: the algorithm, its config's fields (except
     :data:`NOT_IN_META`) and ``run``'s settings (seeds, chunking, ...)."""
-    fields = {k: v for k, v in dataclasses.asdict(config).items() if k not in NOT_IN_META}
+    fields = {k: v for k, v in fields_to_json(config).items() if k not in NOT_IN_META}
     return {"algorithm": algorithm, "config": fields, **run}
 
 

@@ -31,17 +31,19 @@ import functools
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from types import ModuleType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxrl import loop
-from jaxrl.config import swept_config
+from jaxrl.config import replace_paths, swept_config, to_json
 from jaxrl.workflow import logging as jaxrl_logging
 from jaxrl.workflow import metrics, program_cache, rundir
+
+if TYPE_CHECKING:  # importing the algorithms starts JAX's backends (see jaxrl/__init__.py)
+    from jaxrl.algorithms import Algorithm
 
 
 @dataclasses.dataclass
@@ -86,7 +88,7 @@ def run(
     target: float | metrics.Target | None = None,
     progress: bool = False,
 ) -> RunResult:
-    """Train ``seeds`` seeds of ``algorithm`` (a name or module) on ``config`` in chunks.
+    """Train ``seeds`` seeds of ``algorithm`` (a name, record or module) on ``config`` in chunks.
 
     Args:
       seeds / seed: seed ``i`` trains from ``jax.random.split(jax.random.key(seed),
@@ -373,12 +375,12 @@ def default_chunk_iterations(num_iterations: int, chunks: int = 20) -> int:
     return min(divisors, key=lambda d: abs(d - target)) if divisors else target
 
 
-def _module(algorithm) -> tuple[str, ModuleType]:
+def _module(algorithm) -> tuple[str, Algorithm]:
+    """``(name, record)`` of an algorithm given by name, record or module."""
     from jaxrl import algorithms
 
-    if isinstance(algorithm, str):
-        return algorithm, algorithms.get(algorithm)
-    return algorithm.__name__.rsplit(".", 1)[-1], algorithm
+    record = algorithms.resolve(algorithm)
+    return record.name, record
 
 
 def _check_arguments(name, program: loop.Program, dataset, seeds, chunk_iterations, logdir, checkpoint_every) -> int:
@@ -413,11 +415,11 @@ class _Programs:
     ``swept`` names traced fields whose per-lane values (``{field: [L]}``) the programs
     take as an argument (a sweep's settings); the other fields are ``config``'s."""
 
-    def __init__(self, module: ModuleType, config, swept: tuple[str, ...], identity: str | None):
+    def __init__(self, module: Algorithm, config, swept: tuple[str, ...], identity: str | None):
         # The runner shows progress between chunks: its programs leave out in-program
         # reports, host callbacks that neither JAX's cache nor jaxrl's can keep.
         def lane_program(values: dict) -> loop.Program:
-            return module.program(config.replace(**values) if values else config)._replace(num_reports=0)
+            return module.program(replace_paths(config, values) if values else config)._replace(num_reports=0)
 
         def init_all(keys, values, inputs):
             def one(key, values):
@@ -486,39 +488,40 @@ class _Programs:
 
 
 @functools.lru_cache(maxsize=16)
-def _cached_programs(module: ModuleType, config, swept: tuple[str, ...] = ()) -> _Programs:
+def _cached_programs(module: Algorithm, config, swept: tuple[str, ...] = ()) -> _Programs:
     return _Programs(module, config, swept, _program_identity(module, config))
 
 
-def _programs(module: ModuleType, config, swept: tuple[str, ...] = ()) -> _Programs:
+def _programs(module: Algorithm, config, swept: tuple[str, ...] = ()) -> _Programs:
     try:
         return _cached_programs(module, config, swept)
     except TypeError:  # an unhashable config (e.g. arrays as fields): no sharing, no disk cache
         return _Programs(module, config, swept, None)
 
 
-def _program_identity(module: ModuleType, config) -> str | None:
+def _program_identity(module: Algorithm, config) -> str | None:
     """A string that, with the inputs' types and jaxrl's source, determines the
     programs of ``module`` on ``config``: the algorithm, the config's class and every
     field. None where something outside jaxrl shapes the programs (the user's algorithm
     or config class) or a field is not plain data."""
 
+    from jaxrl import algorithms
+
     def plain(value):
         if isinstance(value, (tuple, list)):
             return all(plain(v) for v in value)
+        if isinstance(value, dict) and "part" in value:  # one of jaxrl's parts, its fields plain
+            return value["part"].startswith("jaxrl.") and all(plain(v) for k, v in value.items() if k != "part")
         return value is None or isinstance(value, (str, int, float, bool))
 
     config_class = type(config)
-    if not (
-        module.__name__.startswith("jaxrl.algorithms.")
-        and dataclasses.is_dataclass(config)
-        and config_class.__module__.startswith("jaxrl.")
-    ):
+    built_in = module.name in algorithms.BUILT_IN and algorithms.get(module.name) is module
+    if not (built_in and dataclasses.is_dataclass(config) and config_class.__module__.startswith("jaxrl.")):
         return None
-    fields = [(field.name, getattr(config, field.name)) for field in dataclasses.fields(config)]
+    fields = [(field.name, to_json(getattr(config, field.name))) for field in dataclasses.fields(config)]
     if not all(plain(value) for _, value in fields):
         return None
-    return f"{module.__name__} {config_class.__module__}.{config_class.__qualname__}{fields!r}"
+    return f"{module.name} {config_class.__module__}.{config_class.__qualname__}{fields!r}"
 
 
 def _shapes(tree) -> tuple:

@@ -25,15 +25,18 @@ import dataclasses
 import functools
 import json
 import os
-from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxrl import data, envs, evaluation, loop
+from jaxrl.config import from_json
 from jaxrl.workflow import rundir
+
+if TYPE_CHECKING:  # importing the algorithms starts JAX's backends (see jaxrl/__init__.py)
+    from jaxrl.algorithms import Algorithm
 
 
 @dataclasses.dataclass
@@ -42,7 +45,7 @@ class SavedRun:
 
     Attributes:
       logdir: the run's directory.
-      algorithm / module: the algorithm's name and module.
+      algorithm / record: the algorithm's name and record (:func:`jaxrl.algorithms.get`).
       config: its Config, rebuilt from ``run.json``.
       meta: ``run.json``'s contents.
       lanes: the leading axis of ``state``: ``seeds`` (times the settings of a sweep;
@@ -56,7 +59,7 @@ class SavedRun:
 
     logdir: str
     algorithm: str
-    module: ModuleType
+    record: Algorithm
     config: Any
     meta: dict
     lanes: int
@@ -78,7 +81,7 @@ class SavedRun:
     def evaluated_at_step(self) -> bool:
         """Whether the run evaluated after the checkpoint's last iteration (``step - 1``),
         the policy the checkpoint holds: always at the end of a run that evaluates."""
-        program = self.module.program(self.config)
+        program = self.record.program(self.config)
         return bool(program.num_evals) and bool(
             loop.is_checkpoint(self.step - 1, program.num_iterations, program.num_evals)
         )
@@ -102,8 +105,8 @@ class SavedRun:
 # ----------------------------------------------------------------------------- loading
 
 
-def read_run(logdir: str | os.PathLike) -> tuple[ModuleType, Any, dict]:
-    """``(module, config, meta)`` of the run in ``logdir``, from its ``run.json``."""
+def read_run(logdir: str | os.PathLike) -> tuple[Algorithm, Any, dict]:
+    """``(record, config, meta)`` of the run in ``logdir``, from its ``run.json``."""
     from jaxrl import algorithms
 
     logdir = os.fspath(logdir)
@@ -118,14 +121,15 @@ def read_run(logdir: str | os.PathLike) -> tuple[ModuleType, Any, dict]:
         name, fields = meta["algorithm"], meta["config"]
     except (json.JSONDecodeError, KeyError, TypeError) as error:
         raise ValueError(f"{path} is not a run's run.json: {type(error).__name__}: {error}") from None
-    module = algorithms.get(name)
-    return module, config_from_fields(module.Config, fields, path), meta
+    record = algorithms.get(name)
+    return record, config_from_fields(record.Config, fields, path), meta
 
 
 def config_from_fields(config_cls, fields: dict, source: str = "run.json"):
     """A Config from its fields as JSON gave them back (see :func:`jaxrl.workflow.rundir.meta`):
-    lists become tuples again (``hidden_sizes``, ``env_kwargs``' pairs), fields left out
-    of the meta (:data:`jaxrl.workflow.rundir.NOT_IN_META`) keep their defaults."""
+    lists become tuples again (``hidden_sizes``, ``env_kwargs``' pairs), parts are rebuilt
+    (:func:`jaxrl.config.from_json`), fields left out of the meta
+    (:data:`jaxrl.workflow.rundir.NOT_IN_META`) keep their defaults."""
     known = {field.name for field in dataclasses.fields(config_cls)}
     unknown = sorted(set(fields) - known)
     if unknown:
@@ -134,17 +138,9 @@ def config_from_fields(config_cls, fields: dict, source: str = "run.json"):
             f"(a run saved by another jaxrl version?)"
         )
     try:
-        return config_cls(**{name: _from_json(value) for name, value in fields.items()})
-    except (TypeError, ValueError) as error:
+        return config_cls(**{name: from_json(value) for name, value in fields.items()})
+    except (TypeError, ValueError, ImportError, AttributeError) as error:
         raise ValueError(f"{source}: its config does not build: {error}") from None
-
-
-def _from_json(value):
-    if isinstance(value, list):
-        return tuple(_from_json(item) for item in value)
-    if isinstance(value, dict):
-        return {key: _from_json(item) for key, item in value.items()}
-    return value
 
 
 def checkpoint_steps(logdir: str | os.PathLike) -> list[int]:
@@ -167,7 +163,7 @@ def load(logdir: str | os.PathLike, checkpoint: str | int = "latest") -> SavedRu
     from jaxrl.workflow.checkpoint import Checkpoints
 
     logdir = os.fspath(logdir)
-    module, config, meta = read_run(logdir)
+    record, config, meta = read_run(logdir)
     steps = checkpoint_steps(logdir)
     with Checkpoints(os.path.join(logdir, "checkpoints")) as checkpoints:
         if checkpoint == "latest":
@@ -184,7 +180,7 @@ def load(logdir: str | os.PathLike, checkpoint: str | int = "latest") -> SavedRu
             raise ValueError(f"checkpoint must be 'latest', 'best' or a step (an int), got {checkpoint!r}")
         population = meta.get("pbt")  # a population of jaxrl.workflow.pbt: its members are the lanes
         lanes = population["population"] if population else int(meta.get("seeds", 1)) * _settings(meta)
-        template = _template(module, config, lanes)
+        template = _template(record, config, lanes)
         if population:  # pbt.train's checkpointed tree, its member states as the runner's lanes
             values = {field: np.zeros(lanes, np.float32) for field in population["bounds"]}
             template = {
@@ -201,7 +197,7 @@ def load(logdir: str | os.PathLike, checkpoint: str | int = "latest") -> SavedRu
     return SavedRun(
         logdir=logdir,
         algorithm=meta["algorithm"],
-        module=module,
+        record=record,
         config=config,
         meta=meta,
         lanes=lanes,
@@ -218,10 +214,10 @@ def _settings(meta: dict) -> int:
     return len(next(iter(settings.values()))) if settings else 1
 
 
-def _template(module: ModuleType, config, lanes: int) -> dict:
+def _template(record: Algorithm, config, lanes: int) -> dict:
     """Arrays shaped like the runner's checkpointed tree ``{"state", "run_keys"}``
     (zeros: only their shapes, dtypes and structure matter). Traced, not compiled."""
-    program = module.program(config)
+    program = record.program(config)
     try:
         inputs = program.inputs()
     except (OSError, ValueError) as error:
@@ -269,21 +265,21 @@ def evaluate(
     if keys.shape != (run.lanes,):
         raise ValueError(f"keys must be [{run.lanes}] (one per lane), got shape {keys.shape}")
     try:
-        evaluate_lanes = _evaluator(run.module, config, deterministic)
+        evaluate_lanes = _evaluator(run.record, config, deterministic)
     except TypeError:  # an unhashable config: compiled for this call only
-        evaluate_lanes = _evaluator.__wrapped__(run.module, config, deterministic)
+        evaluate_lanes = _evaluator.__wrapped__(run.record, config, deterministic)
     return evaluate_lanes(run.state.params, keys)
 
 
 @functools.lru_cache(maxsize=8)
-def _evaluator(module: ModuleType, config, deterministic: bool):
+def _evaluator(record: Algorithm, config, deterministic: bool):
     """``(params [L, ...], keys [L]) -> EvalResult [L, episodes]``, jitted (and kept, so
     evaluating runs of one config again compiles nothing)."""
     if deterministic:
-        evaluate_one = module.program(config).evaluate
+        evaluate_one = record.program(config).evaluate
     else:
         evaluate_one = functools.partial(
-            evaluation.evaluate_config, module.act, module.initial_carry, config=config, deterministic=False
+            evaluation.evaluate_config, record.act, record.initial_carry, config=config, deterministic=False
         )
     return jax.jit(jax.vmap(evaluate_one))
 
@@ -300,7 +296,7 @@ def record(
     ``env_kwargs``), from ``num_envs`` parallel envs: :func:`jaxrl.data.collect_dataset`,
     a dataset :func:`jaxrl.data.save_dataset` writes and behaviour cloning reads.
     Deterministic actions unless ``deterministic=False``."""
-    act_fn = functools.partial(run.module.act, config=run.config, deterministic=deterministic)
+    act_fn = functools.partial(run.record.act, config=run.config, deterministic=deterministic)
     return data.collect_dataset(
         act_fn,
         run.params(lane),
@@ -309,7 +305,7 @@ def record(
         num_steps,
         num_envs,
         env_kwargs=dict(run.config.env_kwargs),
-        carry=run.module.initial_carry(run.config, num_envs),
+        carry=run.record.initial_carry(run.config, num_envs),
     )
 
 
@@ -339,9 +335,9 @@ def render_episode(
             f"('gymnasium:<id>') with an rgb_array render mode"
         )
     env, _ = envs.make(config.env_id, **dict(config.env_kwargs))
-    act = jax.jit(functools.partial(run.module.act, config=config, deterministic=deterministic))
+    act = jax.jit(functools.partial(run.record.act, config=config, deterministic=deterministic))
     params = run.params(lane)
-    memory = {"carry": run.module.initial_carry(config, 1), "t": 0}
+    memory = {"carry": run.record.initial_carry(config, 1), "t": 0}
     key = jax.random.key(seed)
 
     def policy(obs):

@@ -112,7 +112,7 @@ def run(
     continuing an interrupted sweep exactly as if it had never stopped.
 
     Args:
-      algorithm: a name (``"ppo"``) or an algorithm module.
+      algorithm: a name (``"ppo"``), a record (:func:`jaxrl.algorithms.get`) or an algorithm module.
       config: the base config; ``settings`` replace its swept fields.
       settings: ``{field: [C] values}``, e.g. from :func:`grid` or :func:`random_settings`.
       seeds / seed: seed ``i`` of every setting trains from
@@ -128,7 +128,7 @@ def run(
     from jaxrl import algorithms
     from jaxrl.workflow import distributed, runner
 
-    module = algorithms.get(algorithm) if isinstance(algorithm, str) else algorithm
+    module = algorithms.resolve(algorithm)
     if not isinstance(seeds, int) or seeds < 1:
         raise ValueError(f"seeds must be an int >= 1, got {seeds!r}")
     swept = {name: np.asarray(values) for name, values in settings.items()}  # as given, not float32

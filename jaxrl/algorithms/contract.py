@@ -1,0 +1,131 @@
+"""The algorithm contract in code: :class:`Algorithm`, the record every algorithm module
+builds and :func:`jaxrl.algorithms.get` returns.
+
+The runner, the command line, the benchmarks and the docs know an algorithm only through
+its record: its ``Config`` class, its pure functions and its presets. An algorithm module
+builds one record from its family's parts; a variant (TD3 beside DDPG, MAPPO beside IPPO)
+is its base's record with its own ``Config`` and presets (:meth:`Algorithm.variant`)::
+
+    algorithm = ddpg.algorithm.variant("td3", Config, PRESETS)
+
+and ``td3.train``, ``td3.preset`` ... are the record's (:meth:`Algorithm.module_getattr`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from jaxrl import evaluation, loop
+
+# The functions of the contract, in the order the docs list them.
+FUNCTIONS = ("init", "act", "initial_carry", "update", "step", "evaluate", "train", "program")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Algorithm:
+    """An algorithm: its settings, its pure functions and its presets.
+
+    Attributes:
+      name: the registry and command-line name (``"ppo"``).
+      Config: the frozen settings dataclass; its static fields fix the compiled program,
+        the others are traced (vmappable) hyper-parameters.
+      init: ``init(key, config) -> state`` (behaviour cloning: ``init(key, config,
+        dataset)``), everything a run needs as one pytree; ``state.params`` is all
+        ``act`` needs.
+      act: ``act(params, obs, carry, key, config, deterministic=False) -> (action, carry)``.
+      initial_carry: ``initial_carry(config, batch_size)``, the policy's state before an
+        episode (its memory; ``()`` without one).
+      update: ``update(state, batch, key, config) -> (state, metrics)``, one learner
+        update from given data.
+      step: ``step(state, key, config) -> (state, metrics)``, one iteration (collect,
+        store, update).
+      program: ``program(config) -> jaxrl.loop.Program``, the run in the pieces the
+        chunked runner drives.
+      evaluate: ``evaluate(params, key, config) -> jaxrl.evaluation.EvalResult``; by
+        default ``config.eval_episodes`` deterministic episodes of ``act``.
+      train: ``train(key, config) -> TrainOutput``, ``init`` then every iteration of
+        :attr:`program` in one scan; by default built from :attr:`program`.
+      presets: ``{env_id: {field: value}}``, settings tuned for a task (each with a
+        comment naming its source where it is defined).
+      variants: ``{name: {field: value}}``, named settings (DQN's ``"rainbow"``), the
+        command line's ``--variant``.
+      summary: one line for the command line's help and the docs.
+    """
+
+    name: str
+    Config: type
+    init: Callable
+    act: Callable
+    initial_carry: Callable
+    update: Callable
+    step: Callable
+    program: Callable
+    evaluate: Callable | None = None
+    train: Callable | None = None
+    presets: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    variants: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    summary: str = ""
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name.isidentifier():
+            raise ValueError(f"an algorithm's name must be a Python identifier, got {self.name!r}")
+        for name in FUNCTIONS:
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise TypeError(f"{self.name}: {name} must be callable, got {value!r}")
+        # Built once per record, so jax.jit(record.train) meets the same function every time.
+        if self.evaluate is None:
+            object.__setattr__(
+                self, "evaluate", functools.partial(evaluation.evaluate_config, self.act, self.initial_carry)
+            )
+        if self.train is None:
+            object.__setattr__(self, "train", train_from_program(self.program))
+        object.__setattr__(self, "presets", MappingProxyType(dict(self.presets)))
+        object.__setattr__(self, "variants", MappingProxyType(dict(self.variants)))
+
+    def preset(self, env_id: str, **overrides):
+        """A Config with the settings tuned for ``env_id`` (the defaults where none are
+        known), then ``overrides``."""
+        return self.Config(env_id=env_id, **{**self.presets.get(env_id, {}), **overrides})
+
+    def variant(self, name: str, Config: type, presets: Mapping | None = None, **changes) -> Algorithm:
+        """This algorithm under another name with its own ``Config`` (a subclass whose
+        defaults, or constants, make the variant) and presets; ``changes`` replace
+        functions that differ."""
+        return dataclasses.replace(self, name=name, Config=Config, presets=presets or {}, **changes)
+
+    def module_getattr(self, module: str) -> Callable[[str], Any]:
+        """A module ``__getattr__`` that serves this record's attributes, so that a
+        module which defines only what differs still reads as the contract
+        (``td3.train``, ``td3.preset``)."""
+
+        def __getattr__(name: str):
+            if name in _RECORD_ATTRIBUTES:
+                return getattr(self, name)
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+        return __getattr__
+
+    def __repr__(self) -> str:
+        return f"Algorithm({self.name!r}, Config={self.Config.__module__}.{self.Config.__qualname__})"
+
+
+_RECORD_ATTRIBUTES = frozenset(FUNCTIONS) | {"preset", "presets", "variants", "summary", "name"}
+
+
+def train_from_program(program: Callable) -> Callable:
+    """``train(key, config, inputs=None)``: ``program(config)``'s init and all its
+    iterations fused into one scan (:func:`jaxrl.loop.train`). ``inputs``: the program's
+    input data (a dataset), default what its ``inputs()`` reads."""
+
+    def train(key, config, inputs=None):
+        """``init``, then every iteration in one ``lax.scan``. Metric leaves are
+        ``[num_iterations]``, with ``eval_return`` / ``eval_length`` NaN except at the
+        ``num_evals`` evaluation points."""
+        return loop.train(program(config), key, inputs)
+
+    return train
