@@ -24,9 +24,32 @@ from flax import struct
 
 from jaxrl.buffers import replay, sumtree
 from jaxrl.buffers.replay import Index
+from jaxrl.config import part, require_range
 
 PyTree = Any
 MAX_TD_ERROR = 1e6
+
+
+@part
+class Prioritized:
+    """The settings of prioritized replay, as a config part: priorities ``(|delta| + eps)
+    ** alpha``, importance-sampling exponent ``beta`` annealed linearly from
+    ``beta_start`` to ``beta_end`` over the run."""
+
+    alpha: float = 0.6
+    beta_start: float = 0.4
+    beta_end: float = 1.0
+    eps: float = 1e-6
+
+    def check_traced(self) -> None:
+        for field in ("alpha", "beta_start", "beta_end"):
+            require_range(self, field, 0.0, 1.0)
+        require_range(self, "eps", 0.0, float("inf"), low_open=True)
+
+    def beta(self, progress: jax.Array) -> jax.Array:
+        """The importance-sampling exponent at ``progress`` (0 to 1) through the run."""
+        progress = jnp.clip(progress, 0.0, 1.0)
+        return self.beta_start + progress * (self.beta_end - self.beta_start)
 
 
 @struct.dataclass

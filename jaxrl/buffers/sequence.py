@@ -54,9 +54,28 @@ from flax import struct
 
 from jaxrl.buffers import prioritized, replay, sumtree
 from jaxrl.buffers.replay import Index
+from jaxrl.config import part, require_int, static
 
 PyTree = Any
 CARRY = "carry"  # the transition field holding the recurrent state entering the step
+
+
+@part
+class Windows:
+    """What a recurrent off-policy learner replays, as a config part: windows of
+    ``length`` consecutive steps of one env, starting every ``period`` steps of its stream,
+    whose first ``burn_in`` steps only warm up the memory stored with the window's first
+    step (R2D2's stored state with burn-in). The learner's own checks (the window must
+    train a step, hold its n-step targets, fit in the buffer) are its config's."""
+
+    length: int = static(20)
+    burn_in: int = static(5)
+    period: int = static(10)
+
+    def __post_init__(self):
+        require_int(self, "length", 1)
+        require_int(self, "burn_in", 0)
+        require_int(self, "period", 1)
 
 
 @struct.dataclass

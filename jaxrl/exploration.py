@@ -1,0 +1,161 @@
+"""How a policy explores, as config parts (:func:`jaxrl.config.part`): a Config field holds
+one of them, its class the choice and its numbers the settings.
+
+For value-based agents, the probability of a random action per env lane:
+:class:`EpsilonGreedy` (a linear schedule) and :class:`ApeXEpsilons` (Ape-X's fixed
+per-actor values); :class:`NoisyNets` explores through the network's noise instead.
+For deterministic continuous actors, noise added to the action: :class:`Gaussian` and
+:class:`OrnsteinUhlenbeck`, whose state is carried between steps. For Gaussian policies,
+:class:`GSDE`, state-dependent noise from a matrix drawn per episode.
+
+Each part's traced numbers are pytree leaves of the Config (sweepable); its static ones
+fix the program.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl.config import part, require_int, require_range, static
+from jaxrl.distributions import sde_initial_carry, sde_next_matrix
+
+# ----------------------------------------------------------------------------- random actions
+
+
+@part
+class EpsilonGreedy:
+    """A uniformly random action with probability epsilon, annealed linearly from
+    ``start`` to ``end`` over the first ``fraction`` of the run's env steps, then held."""
+
+    start: float = 1.0
+    end: float = 0.05
+    fraction: float = 0.2  # of the run's env steps to anneal over
+
+    def check_traced(self) -> None:
+        require_range(self, "start", 0.0, 1.0)
+        require_range(self, "end", 0.0, 1.0)
+        require_range(self, "fraction", 0.0, 1.0, low_open=True)
+
+    def epsilons(self, timesteps: jax.Array, total_timesteps: int, num_envs: int) -> jax.Array:
+        """Each env lane's epsilon ``[num_envs]`` after ``timesteps`` env steps."""
+        progress = jnp.clip(timesteps / (self.fraction * total_timesteps), 0.0, 1.0)
+        return jnp.full((num_envs,), self.start + progress * (self.end - self.start), jnp.float32)
+
+
+@part
+class ApeXEpsilons:
+    """Ape-X's actors (Horgan et al., 2018, arXiv:1803.00933): env lane ``i`` of ``N``
+    keeps the fixed epsilon ``epsilon ** (1 + alpha * i / (N - 1))`` for the whole run."""
+
+    epsilon: float = 0.4
+    alpha: float = 7.0
+
+    def check_traced(self) -> None:
+        require_range(self, "epsilon", 0.0, 1.0)
+        require_range(self, "alpha", 0.0, float("inf"))
+
+    def epsilons(self, timesteps: jax.Array, total_timesteps: int, num_envs: int) -> jax.Array:
+        """Each env lane's epsilon ``[num_envs]`` (``timesteps`` does not matter)."""
+        lane = jnp.arange(num_envs) / max(num_envs - 1, 1)
+        return (self.epsilon ** (1.0 + self.alpha * lane)).astype(jnp.float32)
+
+
+@part
+class NoisyNets:
+    """Noisy nets (Fortunato et al., 2018, arXiv:1706.10295): the value network's dense
+    layers are noisy (factorised Gaussian noise, initial scale ``sigma / sqrt(fan_in)``),
+    fresh noise at every action and in every loss, and no random actions."""
+
+    sigma: float = static(0.5)
+
+    def __post_init__(self):
+        require_range(self, "sigma", 0.0, float("inf"), low_open=True)
+
+    def epsilons(self, timesteps: jax.Array, total_timesteps: int, num_envs: int) -> jax.Array:
+        """Zeros ``[num_envs]``: the noise explores."""
+        return jnp.zeros((num_envs,), jnp.float32)
+
+
+# ----------------------------------------------------------------------------- action noise
+
+
+@part
+class Gaussian:
+    """Independent Gaussian noise of standard deviation ``std`` on every action entry, in
+    units of half the action range (actions scaled to ``[-1, 1]``)."""
+
+    std: float = 0.1
+
+    def check_traced(self) -> None:
+        require_range(self, "std", 0.0, float("inf"))
+
+    def initial_carry(self, batch_size: int, action_dim: int):
+        """No state: ``()``."""
+        return ()
+
+    def perturb(self, unit_action: jax.Array, carry, key: jax.Array):
+        """``(unit_action + noise, carry)``, unclipped."""
+        return unit_action + self.std * jax.random.normal(key, unit_action.shape), carry
+
+
+@part
+class OrnsteinUhlenbeck:
+    """Ornstein-Uhlenbeck noise (Uhlenbeck & Ornstein, 1930), as DDPG explores
+    (Lillicrap et al., 2016): ``x <- x - theta * x * dt + sigma * sqrt(dt) * eps`` per
+    step, ``eps ~ N(0, 1)``, its state kept in the policy's carry and reset at episode
+    ends. Its steps are correlated over about ``1 / (theta * dt)`` steps, so actions push
+    one way long enough to explore (MountainCarContinuous)."""
+
+    sigma: float = 0.1  # in units of half the action range
+    theta: float = 0.15  # the pull toward 0 per unit of time
+    dt: float = 0.01  # the time one env step takes
+
+    def check_traced(self) -> None:
+        require_range(self, "sigma", 0.0, float("inf"))
+        require_range(self, "theta", 0.0, float("inf"), low_open=True)
+        require_range(self, "dt", 0.0, float("inf"), low_open=True)
+
+    def initial_carry(self, batch_size: int, action_dim: int) -> jax.Array:
+        """The noise before an episode: zeros ``[batch_size, action_dim]``."""
+        return jnp.zeros((batch_size, action_dim), jnp.float32)
+
+    def step(self, noise: jax.Array, key: jax.Array) -> jax.Array:
+        """One Euler step of the process from ``noise [B, d]``."""
+        eps = jax.random.normal(key, noise.shape)
+        return noise - self.theta * noise * self.dt + self.sigma * jnp.sqrt(self.dt) * eps
+
+    def perturb(self, unit_action: jax.Array, noise: jax.Array, key: jax.Array):
+        """``(unit_action + noise', noise')`` with ``noise'`` the process's next step."""
+        noise = self.step(noise, key)
+        return unit_action + noise, noise
+
+
+# ----------------------------------------------------------------------------- Gaussian policies
+
+
+@part
+class GSDE:
+    """Generalized state-dependent exploration (gSDE; Raffin, Kober & Stulp, 2021,
+    arXiv:2005.05719) for a Gaussian policy: the noise is ``z(s) @ theta``, the actor's
+    last features times a matrix ``theta`` drawn at each episode's first step and, with
+    ``sample_freq > 0``, every ``sample_freq`` steps (kept in the policy's carry), and the
+    Gaussian's scale follows from a learned ``[features, actions]`` log-std, initialised
+    at ``log_std_init`` (:class:`jaxrl.distributions.StateDependentNoise`)."""
+
+    sample_freq: int = static(0)  # steps between draws of theta; 0: once per episode
+    log_std_init: float = -2.0  # Stable-Baselines3's default
+
+    def __post_init__(self):
+        require_int(self, "sample_freq", 0)
+
+    def check_traced(self) -> None:
+        require_range(self, "log_std_init", -float("inf"), float("inf"))
+
+    def initial_carry(self, batch_size: int, num_features: int, action_dim: int) -> dict:
+        """The matrices' state before an episode (:func:`jaxrl.distributions.sde_initial_carry`)."""
+        return sde_initial_carry(batch_size, num_features, action_dim)
+
+    def next_matrix(self, carry: dict, key: jax.Array):
+        """``(unit matrix [B, F, A], carry)`` for this step (:func:`jaxrl.distributions.sde_next_matrix`)."""
+        return sde_next_matrix(carry, key, self.sample_freq)
