@@ -219,6 +219,12 @@ def test_burn_in_steps_only_warm_the_memory(networks):
 # ----------------------------------------------------------------------------- acting and replay
 
 
+def collect(state, key, config):
+    """One iteration's collection with the exploring policy, as training collects."""
+    policy, _ = sac.learner.behaviour(state, config, False)
+    return offpolicy.collect(state, policy, key, config)
+
+
 @pytest.fixture(scope="module")
 def collected(init):
     """A warm-up iteration (random actions) then one acting with the policy, from
@@ -228,7 +234,7 @@ def collected(init):
     first = state
     state, _ = jit(sac.warmup_step)(state, jax.random.key(7), CONFIG)
     second = state
-    state, metrics = jit(sac.collect)(state, jax.random.key(8), CONFIG)
+    state, metrics = jit(collect)(state, jax.random.key(8), CONFIG)
     return first, second, state
 
 

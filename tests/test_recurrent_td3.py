@@ -223,6 +223,12 @@ def test_burn_in_steps_only_warm_the_memory(state_and_nets):
 # ----------------------------------------------------------------------------- acting and replay
 
 
+def collect(state, key, config):
+    """One iteration's collection with the exploring policy, as training collects."""
+    policy, _ = ddpg.learner.behaviour(state, config, False)
+    return offpolicy.collect(state, policy, key, config)
+
+
 @pytest.fixture(scope="module")
 def collected(init):
     """A warm-up iteration (random actions) then one acting with the policy, from
@@ -231,7 +237,7 @@ def collected(init):
     state = state.replace(carry=jax.tree.map(lambda c: c + 0.25, state.carry))
     first = state
     state, _ = jit(ddpg.warmup_step)(state, jax.random.key(7), CONFIG)
-    state, _ = jit(ddpg.collect)(state, jax.random.key(8), CONFIG)
+    state, _ = jit(collect)(state, jax.random.key(8), CONFIG)
     return first, state
 
 

@@ -42,9 +42,8 @@ import numpy as np
 import optax
 from flax import struct
 
-from jaxrl import envs, evaluation, loop, networks, optim, rollout
+from jaxrl import envs, networks, optim, rollout
 from jaxrl.algorithms import offpolicy
-from jaxrl.algorithms.contract import Algorithm
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.networks import Actor, ContinuousQ, RecurrentActor, RecurrentContinuousQ, ensemble
 
@@ -412,74 +411,26 @@ def update(state: State, batch: dict, key: jax.Array, config: Config, update_act
     return state, {"critic_loss": loss, "actor_loss": actor_value, "q_mean": q_mean}
 
 
-def collect(state: State, key: jax.Array, config: Config, uniform: bool = False):
-    """``num_steps`` steps from every env with ``memory`` on, stored in the sequence
-    replay with the memories ``{"actor", "critic"}`` that entered each step: the actor
-    acts with exploration noise (:func:`act`; ``uniform``: uniformly random actions
-    instead, the memories still advancing) and the critics' encoder advances its memory
-    on each observation."""
-    params, critic_params, spec = state.params, state.critic_params, env_spec(config)
-
-    def policy(obs, carry, key):
-        act_key, random_key = jax.random.split(key)
-        action, carry = act(params, obs, carry, act_key, config)
-        if uniform:
-            action = offpolicy.random_actions(random_key, spec, config.num_envs)
-        critic = make_critic(config)
-        critic_obs = offpolicy.add_time(offpolicy.observe(params, obs, config))
-        _, critic_carry = offpolicy.encode(critic, critic_params, critic_obs, carry["critic"])
-        return action, {**carry, "critic": critic_carry}
-
-    return offpolicy.collect_recurrent(state, policy, key, config)
+def learn(state: State, batch: dict, key: jax.Array, index, config: Config):
+    """:func:`update`, the actor (and the targets) moving on every ``policy_delay``-th."""
+    return update(state, batch, key, config, update_actor=(index + 1) % config.policy_delay == 0)
 
 
-def step(state: State, key: jax.Array, config: Config):
-    """One iteration: collect and store ``num_envs x num_steps`` exploring steps, then
-    ``num_updates`` updates (the actor on every ``policy_delay``-th). Metrics are
-    averaged over the updates."""
-
-    def learn(state, batch, key, j):
-        return update(state, batch, key, config, update_actor=(j + 1) % config.policy_delay == 0)
-
-    if config.memory == "none":
-        return offpolicy.step(state, key, config, act, learn)
-    return offpolicy.window_step(state, key, config, collect, learn)
-
-
-def warmup_step(state: State, key: jax.Array, config: Config):
-    """An iteration before ``learning_starts``: uniformly random actions, no updates
-    (learner metrics are NaN)."""
-    if config.memory == "none":
-        return offpolicy.random_step(state, key, config, LEARNER_METRICS)
-    state, metrics = collect(state, key, config, uniform=True)
-    metrics.update(offpolicy.nan_metrics(LEARNER_METRICS))
-    return state, metrics
-
-
-# ----------------------------------------------------------------------------- training
-
-
-def evaluate(params: dict, key: jax.Array, config: Config) -> evaluation.EvalResult:
-    """Returns of ``eval_episodes`` episodes of the noise-free actor."""
-    return evaluation.evaluate_config(act, initial_carry, params, key, config)
-
-
-def program(config: Config) -> loop.Program:
-    """The run as a :class:`jaxrl.loop.Program` (for :mod:`jaxrl.workflow.runner`'s chunked training)."""
-    return offpolicy.program(init, step, warmup_step, evaluate, config)
-
-
-algorithm = Algorithm(
-    name="ddpg",
-    Config=Config,
-    init=init,
-    act=act,
-    initial_carry=initial_carry,
-    update=update,
-    step=step,
-    program=program,
-    evaluate=evaluate,
-    presets=PRESETS,
-    summary="DDPG: a deterministic actor and Q-critics on replay, for continuous actions",
+learner = offpolicy.Learner(
+    init,
+    act,
+    initial_carry,
+    offpolicy.actor_critic_behaviour(act, make_critic),
+    offpolicy.actor_critic_sample,
+    learn,
+    LEARNER_METRICS,
+)
+step, warmup_step, program = learner.step, learner.warmup_step, learner.program
+algorithm = learner.algorithm(
+    "ddpg",
+    Config,
+    update,
+    PRESETS,
+    summary="DDPG: a deterministic actor and Q-critics on replay",
 )
 __getattr__ = algorithm.module_getattr(__name__)  # ddpg.train, ddpg.preset: the record's

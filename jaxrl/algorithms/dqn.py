@@ -44,9 +44,8 @@ import numpy as np
 import optax
 from flax import struct
 
-from jaxrl import envs, evaluation, loop, networks, optim, returns, rollout
+from jaxrl import envs, networks, optim, returns, rollout
 from jaxrl.algorithms import offpolicy, requirements
-from jaxrl.algorithms.contract import Algorithm
 from jaxrl.buffers import prioritized, sequence
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.distributions import mask_actions
@@ -756,67 +755,31 @@ def update(state: State, batch: dict, key: jax.Array, config: Config):
     return state, metrics
 
 
-def _collect(state: State, key: jax.Array, config: Config, lane_epsilon: jax.Array):
-    """``num_steps`` epsilon-greedy steps from every env, stored in the buffer (with
-    ``memory``: with the carry entering each step, the actors' memory advanced)."""
+def behaviour(state: State, config: Config, uniform: bool):
+    """The collecting policy: epsilon-greedy with each lane's :func:`epsilon` (with
+    ``uniform``, epsilon 1: random actions, the memory still advancing), and the mean
+    epsilon as the metric ``epsilon``."""
+    lane_epsilon = jnp.ones(config.num_envs, jnp.float32) if uniform else epsilon(state.timesteps, config)
     params = state.params
-    if config.memory == "none":
-        policy = lambda obs, k: act(params, obs, (), k, config, epsilon=lane_epsilon)[0]  # noqa: E731
-        state, metrics = offpolicy.collect(state, policy, key, config)
-    else:
-        policy = lambda obs, carry, k: act(params, obs, carry, k, config, epsilon=lane_epsilon)  # noqa: E731
-        state, metrics = offpolicy.collect_recurrent(state, policy, key, config)
-    metrics["epsilon"] = jnp.mean(lane_epsilon)
-    return state, metrics
+    policy = lambda obs, carry, k: act(params, obs, carry, k, config, epsilon=lane_epsilon)  # noqa: E731
+    return policy, {"epsilon": jnp.mean(lane_epsilon)}
 
 
-def step(state: State, key: jax.Array, config: Config):
-    """One iteration: collect and store ``num_envs x num_steps`` steps, then
-    ``num_updates`` sampled updates. Metrics are averaged over the updates."""
-    collect_key, update_key = jax.random.split(key)
-    state, metrics = _collect(state, collect_key, config, epsilon(state.timesteps, config))
-
-    def one_update(state, key, j):
-        sample_key, loss_key = jax.random.split(key)
-        return update(state, sample(state, sample_key, config), loss_key, config)
-
-    state, learner_metrics = offpolicy.run_updates(state, one_update, update_key, config.num_updates)
-    metrics.update(learner_metrics)
-    return state, metrics
-
-
-def warmup_step(state: State, key: jax.Array, config: Config):
-    """An iteration before ``learning_starts``: uniformly random actions, no updates
-    (learner metrics are NaN)."""
-    state, metrics = _collect(state, key, config, jnp.ones(config.num_envs, jnp.float32))
-    metrics.update(offpolicy.nan_metrics(LEARNER_METRICS))
-    return state, metrics
+def learn(state: State, batch: dict, key: jax.Array, index, config: Config):
+    """:func:`update`, every update of an iteration alike."""
+    return update(state, batch, key, config)
 
 
 # ----------------------------------------------------------------------------- training
 
 
-def evaluate(params: dict, key: jax.Array, config: Config) -> evaluation.EvalResult:
-    """Greedy (noise-free) returns of ``eval_episodes`` episodes."""
-    return evaluation.evaluate_config(act, initial_carry, params, key, config)
-
-
-def program(config: Config) -> loop.Program:
-    """The run as a :class:`jaxrl.loop.Program` (for :mod:`jaxrl.workflow.runner`'s chunked training)."""
-    return offpolicy.program(init, step, warmup_step, evaluate, config)
-
-
-algorithm = Algorithm(
-    name="dqn",
-    Config=Config,
-    init=init,
-    act=act,
-    initial_carry=initial_carry,
-    update=update,
-    step=step,
-    program=program,
-    evaluate=evaluate,
-    presets=PRESETS,
+learner = offpolicy.Learner(init, act, initial_carry, behaviour, sample, learn, LEARNER_METRICS)
+step, warmup_step, program = learner.step, learner.warmup_step, learner.program
+algorithm = learner.algorithm(
+    "dqn",
+    Config,
+    update,
+    PRESETS,
     variants={"rainbow": RAINBOW, "r2d2": R2D2},
     summary="Deep Q-networks with the Rainbow extensions (double, dueling, n-step, prioritized, C51, noisy)",
 )

@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl import envs, loop, networks, rollout
+from jaxrl import envs, evaluation, loop, networks, rollout
 from jaxrl.algorithms import requirements
+from jaxrl.algorithms.contract import Algorithm
 from jaxrl.buffers import prioritized, replay, sequence
 from jaxrl.config import require_int
 from jaxrl.distributions import mask_actions
@@ -261,26 +263,15 @@ def encode(module, params, obs: jax.Array, carry, reset: jax.Array | None = None
 
 
 def collect(state, policy: Callable, key: jax.Array, config):
-    """``config.num_steps`` steps of ``policy(obs [N, ...], key) -> action [N, ...]`` in
-    every env, appended to the replay buffer. ``state`` is an algorithm's state with
-    fields ``buffer`` (uniform or prioritized), ``env_state``, ``obs`` and
-    ``timesteps``; returns it updated and the metrics of
-    :func:`jaxrl.rollout.episode_metrics` plus ``timesteps``."""
-    state, metrics, _ = _collect_and_store(state, lambda obs, carry, k: (policy(obs, k), carry), key, config, ())
-    return state, metrics
-
-
-def collect_recurrent(state, policy: Callable, key: jax.Array, config):
-    """:func:`collect` for a policy with a state, ``policy(obs [N, ...], carry, key) ->
-    (action [N, ...], carry)``: ``state`` also has the field ``carry`` (leaves ``[N,
-    ...]``: a memory, exploration noise), reset where an episode ended and, into a
-    :mod:`jaxrl.buffers.sequence` replay, stored with each step as the transition field
-    ``carry`` (the one entering the step). Returns ``(state, metrics)`` like :func:`collect`."""
-    state, metrics, carry = _collect_and_store(state, policy, key, config, state.carry)
-    return state.replace(carry=carry), metrics
-
-
-def _collect_and_store(state, policy: Callable, key: jax.Array, config, carry):
+    """``config.num_steps`` steps of ``policy(obs [N, ...], carry, key) -> (action [N,
+    ...], carry)`` in every env, appended to the replay buffer. ``state`` is an
+    algorithm's state with fields ``buffer`` (uniform, prioritized or sequence replay),
+    ``env_state``, ``obs``, ``timesteps`` and ``carry`` (the policy's state, leaves ``[N,
+    ...]``: a memory, exploration noise; ``()`` without), which is threaded through the
+    steps, reset where an episode ended and, into a :mod:`jaxrl.buffers.sequence` replay,
+    stored with each step as the transition field ``carry`` (the one entering the step).
+    Returns the state updated and the metrics of :func:`jaxrl.rollout.episode_metrics`
+    plus ``timesteps``."""
     env, env_params = make_env(config)
     store_carry = isinstance(state.buffer, sequence.SequenceState)
 
@@ -289,7 +280,7 @@ def _collect_and_store(state, policy: Callable, key: jax.Array, config, carry):
         return action, next_carry, {sequence.CARRY: carry} if store_carry else {}
 
     trajectory, env_state, obs, carry = rollout.collect(
-        env, env_params, rollout_policy, state.env_state, state.obs, key, config.num_steps, carry
+        env, env_params, rollout_policy, state.env_state, state.obs, key, config.num_steps, state.carry
     )
     transitions = {
         "obs": trajectory.obs,
@@ -317,10 +308,11 @@ def _collect_and_store(state, policy: Callable, key: jax.Array, config, carry):
         env_state=env_state,
         obs=obs,
         timesteps=state.timesteps + config.iteration_steps,
+        carry=carry,
     )
     metrics = rollout.episode_metrics(trajectory)
     metrics["timesteps"] = state.timesteps
-    return state, metrics, carry
+    return state, metrics
 
 
 def sample(buffer, key: jax.Array, config, beta: jax.Array | None = None, team: bool = False) -> dict:
@@ -366,69 +358,141 @@ def run_updates(state, one_update: Callable, key: jax.Array, num_updates: int):
     return state, jax.tree.map(jnp.nanmean, metrics)
 
 
-def step(state, key: jax.Array, config, act: Callable, learn: Callable):
-    """One iteration of an actor-critic: ``config.num_steps`` steps of
-    ``act(state.params, obs, carry, key, config)`` in every env, stored in replay, the
-    policy's ``state.carry`` (its exploration noise's state, if any) threaded through and
-    reset where episodes end (:func:`collect_recurrent`), then ``config.num_updates`` of
-    ``learn(state, batch, key, j) -> (state, metrics)`` on batches from :func:`sample`
-    (:func:`run_updates`). Returns ``(state, metrics)``."""
-    collect_key, update_key = jax.random.split(key)
-    params = state.params
-    state, metrics = collect_recurrent(
-        state, lambda obs, carry, k: act(params, obs, carry, k, config), collect_key, config
-    )
+class Learner(NamedTuple):
+    """What makes an off-policy algorithm its own, from which its iteration, its warm-up
+    and its program are built once for all of them (:meth:`step`, :meth:`warmup_step`,
+    :meth:`program`).
 
-    def one_update(state, key, j):
-        sample_key, learn_key = jax.random.split(key)
-        batch = observe_batch(state.params, sample(state.buffer, sample_key, config), config)
-        return learn(state, batch, learn_key, j)
+    Attributes:
+      init: ``init(key, config) -> state``.
+      act: ``act(params, obs, carry, key, config, deterministic=False) -> (action,
+        carry)``, the policy (evaluated deterministically).
+      initial_carry: ``initial_carry(config, batch_size)``, the policy's state before an episode.
+      behaviour: ``behaviour(state, config, uniform) -> (policy, metrics)``: the policy
+        that collects (``policy(obs [N, ...], carry, key) -> (action, carry)``, exploring;
+        with ``uniform``, the warm-up's uniformly random actions, any memory still
+        advancing) and the metrics it reports (DQN's ``epsilon``).
+      sample: ``sample(state, key, config) -> batch``, a batch as the learner reads it.
+      learn: ``learn(state, batch, key, index, config) -> (state, metrics)``, the
+        ``index``-th update of an iteration (an unbatched int32 scalar: TD3's delayed
+        actor updates on every ``policy_delay``-th).
+      learner_metrics: the names of ``learn``'s metrics, NaN in warm-up iterations.
+    """
 
-    state, learner_metrics = run_updates(state, one_update, update_key, config.num_updates)
-    metrics.update(learner_metrics)
-    return state, metrics
+    init: Callable
+    act: Callable
+    initial_carry: Callable
+    behaviour: Callable
+    sample: Callable
+    learn: Callable
+    learner_metrics: tuple
 
+    def step(self, state, key: jax.Array, config):
+        """One iteration: ``num_steps`` steps of the behaviour policy in every env, stored
+        in replay (:func:`collect`), then ``num_updates`` updates on sampled batches
+        (:func:`run_updates`). Metrics: the collection's, the behaviour's, and the
+        learner's averaged over the updates."""
+        collect_key, update_key = jax.random.split(key)
+        policy, behaviour_metrics = self.behaviour(state, config, False)
+        state, metrics = collect(state, policy, collect_key, config)
 
-def random_step(state, key: jax.Array, config, learner_metrics):
-    """A warm-up iteration: uniformly random actions (:func:`random_actions`) stored in
-    the buffer, no updates; the ``learner_metrics`` are NaN."""
-    spec = envs.config_spec(config)
-    state, metrics = collect(state, lambda obs, k: random_actions(k, spec, config.num_envs, obs), key, config)
-    metrics.update(nan_metrics(learner_metrics))
-    return state, metrics
+        def one_update(state, key, index):
+            sample_key, learn_key = jax.random.split(key)
+            return self.learn(state, self.sample(state, sample_key, config), learn_key, index, config)
 
+        state, learner_metrics = run_updates(state, one_update, update_key, config.num_updates)
+        return state, {**metrics, **behaviour_metrics, **learner_metrics}
 
-def program(init: Callable, step: Callable, warmup_step: Callable, evaluate: Callable, config) -> loop.Program:
-    """The :class:`jaxrl.loop.Program` of an off-policy algorithm: ``init(key, config)``,
-    then ``config.num_iterations`` iterations, ``warmup_step(state, key, config)`` for the
-    first ``config.warmup_iterations`` and ``step(state, key, config)`` after, with
-    ``evaluate(params, key, config)`` at ``config.num_evals`` points. Both steps must
-    return metrics with the same names."""
+    def warmup_step(self, state, key: jax.Array, config):
+        """An iteration before ``learning_starts``: uniformly random actions stored in
+        replay, no updates (the learner's metrics are NaN)."""
+        policy, behaviour_metrics = self.behaviour(state, config, True)
+        state, metrics = collect(state, policy, key, config)
+        return state, {**metrics, **behaviour_metrics, **nan_metrics(self.learner_metrics)}
 
-    def iteration(state, key, index):
-        # ``index`` is the scan's own counter: unbatched under vmap, so these are real
-        # branches and warm-up iterations skip the learner's work. Two one-branch loops
-        # rather than a ``lax.cond``, which refuses host-env steps under vmap.
-        warmup = index < config.warmup_iterations
-        # The metrics' shapes from the warm-up step: tracing it is much cheaper than
-        # tracing the learner's step a second time.
-        metrics = jax.tree.map(
-            lambda leaf: jnp.zeros(leaf.shape, leaf.dtype), jax.eval_shape(warmup_step, state, key, config)[1]
+    def program(self, config) -> loop.Program:
+        """The :class:`jaxrl.loop.Program`: ``init``, then ``config.num_iterations``
+        iterations, :meth:`warmup_step` for the first ``config.warmup_iterations`` and
+        :meth:`step` after, evaluated at ``config.num_evals`` points."""
+
+        def iteration(state, key, index):
+            # ``index`` is the scan's own counter: unbatched under vmap, so these are real
+            # branches and warm-up iterations skip the learner's work. Two one-branch loops
+            # rather than a ``lax.cond``, which refuses host-env steps under vmap.
+            warmup = index < config.warmup_iterations
+            # The metrics' shapes from the warm-up step: tracing it is much cheaper than
+            # tracing the learner's step a second time.
+            metrics = jax.tree.map(
+                lambda leaf: jnp.zeros(leaf.shape, leaf.dtype), jax.eval_shape(self.warmup_step, state, key, config)[1]
+            )
+            state, metrics = loop.run_if(
+                warmup, lambda carry: self.warmup_step(carry[0], key, config), (state, metrics)
+            )
+            return loop.run_if(~warmup, lambda carry: self.step(carry[0], key, config), (state, metrics))
+
+        return loop.Program(
+            init=lambda key, inputs: self.init(key, config),
+            iteration=iteration,
+            evaluate=functools.partial(evaluation.evaluate_config, self.act, self.initial_carry, config=config),
+            num_iterations=config.num_iterations,
+            num_evals=config.num_evals,
+            num_reports=config.num_reports,
+            budget=config.total_timesteps,
+            resumable=not envs.steps_on_host(config.env_id),
+            restart_envs=lambda state, key: rollout.restart(state, *make_env(config), key, config.num_envs),
         )
-        state, metrics = loop.run_if(warmup, lambda carry: warmup_step(carry[0], key, config), (state, metrics))
-        return loop.run_if(~warmup, lambda carry: step(carry[0], key, config), (state, metrics))
 
-    return loop.Program(
-        init=lambda key, inputs: init(key, config),
-        iteration=iteration,
-        evaluate=functools.partial(evaluate, config=config),
-        num_iterations=config.num_iterations,
-        num_evals=config.num_evals,
-        num_reports=config.num_reports,
-        budget=config.total_timesteps,
-        resumable=not envs.steps_on_host(config.env_id),
-        restart_envs=lambda state, key: rollout.restart(state, *make_env(config), key, config.num_envs),
-    )
+    def algorithm(self, name: str, Config: type, update: Callable, presets: dict, **details) -> Algorithm:
+        """The algorithm's record: these parts with its ``Config``, ``update`` (one learner
+        update from a given batch) and ``presets``; ``details``: ``summary``, ``variants``."""
+        return Algorithm(
+            name=name,
+            Config=Config,
+            init=self.init,
+            act=self.act,
+            initial_carry=self.initial_carry,
+            update=update,
+            step=self.step,
+            program=self.program,
+            presets=presets,
+            **details,
+        )
+
+
+def actor_critic_sample(state, key: jax.Array, config) -> dict:
+    """An actor-critic's batch as its networks read it (:func:`observe_batch`): ``n_step``
+    transitions (:func:`sample`), or with ``memory`` on windows (:func:`sample_windows`)."""
+    if config.memory == "none":
+        return observe_batch(state.params, sample(state.buffer, key, config), config)
+    return observe_batch(state.params, sample_windows(state.buffer, key, config), config)
+
+
+def actor_critic_behaviour(act: Callable, make_critic: Callable) -> Callable:
+    """The ``behaviour`` of an actor-critic (DDPG, TD3, SAC): ``act`` (exploring), or with
+    ``uniform`` uniformly random actions (:func:`random_actions`). With ``memory`` on, the
+    critics' encoder (``make_critic(config)``) also advances its memory
+    (``carry["critic"]``) on each observation, as the sequence replay stores it with the
+    actor's."""
+
+    def behaviour(state, config, uniform: bool):
+        params, critic_params, spec = state.params, state.critic_params, envs.config_spec(config)
+
+        def policy(obs, carry, key):
+            if config.memory == "none":
+                if uniform:
+                    return random_actions(key, spec, config.num_envs, obs), carry
+                return act(params, obs, carry, key, config)
+            act_key, random_key = jax.random.split(key)
+            action, carry = act(params, obs, carry, act_key, config)
+            if uniform:
+                action = random_actions(random_key, spec, config.num_envs)
+            critic_obs = add_time(observe(params, obs, config))
+            _, critic_carry = encode(make_critic(config), critic_params, critic_obs, carry["critic"])
+            return action, {**carry, "critic": critic_carry}
+
+        return policy, {}
+
+    return behaviour
 
 
 # ----------------------------------------------------------------------------- sequences of an actor-critic with memory
@@ -492,21 +556,3 @@ def window_features(module, params, batch: dict, name: str, config, next_obs: bo
     next_obs = jax.tree.map(lambda x: time_major(x)[burn_in:], batch["next_obs"])
     _, (features, next_features) = jax.lax.scan(one_step, carry, (obs, next_obs, reset))
     return features, next_features
-
-
-def window_step(state, key: jax.Array, config, collect: Callable, learn: Callable):
-    """One iteration of an actor-critic with memory: ``collect(state, key, config) ->
-    (state, metrics)`` stores ``num_steps`` steps of every env with their memories, then
-    ``config.num_updates`` of ``learn(state, batch, key, j) -> (state, metrics)`` on
-    :func:`sample_windows` batches (:func:`run_updates`). Returns ``(state, metrics)``."""
-    collect_key, update_key = jax.random.split(key)
-    state, metrics = collect(state, collect_key, config)
-
-    def one_update(state, key, j):
-        sample_key, learn_key = jax.random.split(key)
-        batch = observe_batch(state.params, sample_windows(state.buffer, sample_key, config), config)
-        return learn(state, batch, learn_key, j)
-
-    state, learner_metrics = run_updates(state, one_update, update_key, config.num_updates)
-    metrics.update(learner_metrics)
-    return state, metrics
