@@ -59,7 +59,7 @@ ENV_ID = "jaxrl_test/Lookup-v0"
 def registered():
     envs.register(ENV_ID, lambda **overrides: (Lookup(), LookupParams(**overrides)), replace=True)
     yield
-    envs._REGISTRY.pop(ENV_ID, None)
+    envs.registry._REGISTRY.pop(ENV_ID, None)
 
 
 def test_leaf_features_against_numpy():

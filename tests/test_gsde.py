@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from jaxrl import distributions, networks, rollout
-from jaxrl.algorithms import a2c, ippo, offpolicy, ppo, sac
+from jaxrl.algorithms import a2c, ippo, offpolicy, onpolicy, ppo, sac
+from jaxrl.buffers.sequence import Windows
 from jaxrl.config import sweep_axes
 
 SMALL = dict(hidden_sizes=(8,), num_reports=0, use_sde=True)
@@ -169,7 +170,7 @@ def test_rollouts_draw_a_matrix_at_each_episode_start_and_every_sample_freq_step
         env_kwargs={"max_steps_in_episode": 7}, sde_sample_freq=sample_freq
     )
     algo = ppo if name == "ppo" else sac
-    env, env_params = ppo.make_env(config) if name == "ppo" else offpolicy.make_env(config)
+    env, env_params = onpolicy.make_env(config) if name == "ppo" else offpolicy.make_env(config)
     state = algo.init(jax.random.key(0), config)
 
     def policy(obs, carry, key):
@@ -225,7 +226,7 @@ def test_training_vmaps_over_seeds_and_the_initial_log_std_in_one_compile(name):
     "algo, config",
     [
         (ppo, TRAIN["ppo"].replace(memory="gru", memory_size=8, sequence_length=8)),
-        (sac, TRAIN["sac"].replace(memory="gru", memory_size=8, sequence_length=4, burn_in=1, sequence_period=2)),
+        (sac, TRAIN["sac"].replace(memory="gru", memory_size=8, windows=Windows(4, 1, 2))),
         (a2c, a2c.Config(env_id="Pendulum-v1", num_envs=2, num_steps=8, total_timesteps=64, **SMALL)),
     ],
     ids=["recurrent-ppo", "recurrent-sac", "a2c"],

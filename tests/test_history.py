@@ -274,8 +274,8 @@ class Tiny(environment.Environment):
 @pytest.fixture
 def registry(monkeypatch):
     """A private copy of the id registry, so ids registered by a test do not outlive it."""
-    monkeypatch.setattr(envs, "_REGISTRY", dict(envs._REGISTRY))
-    monkeypatch.setattr(envs, "_PREFIXES", dict(envs._PREFIXES))
+    monkeypatch.setattr(envs.registry, "_REGISTRY", dict(envs.registry._REGISTRY))
+    monkeypatch.setattr(envs.registry, "_PREFIXES", dict(envs.registry._PREFIXES))
 
 
 def test_register_a_users_env_trains(registry):

@@ -72,7 +72,7 @@ class MultiCue(environment.Environment):
 def registered():
     envs.register(ENV_ID, lambda **overrides: (MultiCue(), CueParams(**overrides)), replace=True)
     yield
-    envs._REGISTRY.pop(ENV_ID, None)
+    envs.registry._REGISTRY.pop(ENV_ID, None)
 
 
 # ----------------------------------------------------------------------------- spec, acting, refusals

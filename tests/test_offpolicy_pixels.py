@@ -98,8 +98,8 @@ def registered():
     envs.register(ARRAY_ID, lambda **overrides: (PointPixels(), PixelParams(**overrides)), replace=True)
     envs.register(DICT_ID, lambda **overrides: (PointPixelsDict(), PixelParams(**overrides)), replace=True)
     yield
-    envs._REGISTRY.pop(ARRAY_ID, None)
-    envs._REGISTRY.pop(DICT_ID, None)
+    envs.registry._REGISTRY.pop(ARRAY_ID, None)
+    envs.registry._REGISTRY.pop(DICT_ID, None)
 
 
 def test_the_env_draws_the_point_and_the_goal():

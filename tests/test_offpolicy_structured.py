@@ -16,6 +16,7 @@ from test_structured_obs import CueParams, MaskedCue
 
 from jaxrl import envs
 from jaxrl.algorithms import ddpg, offpolicy, sac, td3
+from jaxrl.buffers.sequence import Windows
 
 EPISODE = 50
 SPEED = 0.1  # the largest move per axis and step
@@ -86,7 +87,7 @@ ENV_ID = "jaxrl_test/PointReach-v0"
 def registered():
     envs.register(ENV_ID, lambda **overrides: (PointReach(), ReachParams(**overrides)), replace=True)
     yield
-    envs._REGISTRY.pop(ENV_ID, None)
+    envs.registry._REGISTRY.pop(ENV_ID, None)
 
 
 # ----------------------------------------------------------------------------- set-up
@@ -177,9 +178,7 @@ def test_recurrent_variants_take_dict_observations(module):
         hidden_sizes=(8,),
         memory="gru",
         memory_size=5,
-        sequence_length=7,
-        burn_in=2,
-        sequence_period=3,
+        windows=Windows(7, 2, 3),
         num_evals=1,
         eval_episodes=2,
         num_reports=0,
@@ -230,4 +229,4 @@ def test_discrete_sac_never_takes_a_masked_action():
         assert np.all(np.asarray(probs)[~np.asarray(obs["action_mask"])] == 0.0)
         assert np.all(np.isfinite(np.asarray(out.metrics["entropy"])[-1]))
     finally:
-        envs._REGISTRY.pop(CUE_ID, None)
+        envs.registry._REGISTRY.pop(CUE_ID, None)

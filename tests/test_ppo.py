@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from jaxrl import sweep_axes
-from jaxrl.algorithms import get, ppo
+from jaxrl.algorithms import get, onpolicy, ppo
 
 SMALL = ppo.Config(
     env_id="CartPole-v1",
@@ -184,7 +184,7 @@ def test_bad_hyperparameter_is_a_clear_error(overrides, field):
 
 def test_env_overrides_reach_the_env():
     config = ppo.Config(env_kwargs={"max_steps_in_episode": 200})
-    _, env_params = ppo.make_env(config)
+    _, env_params = onpolicy.make_env(config)
     assert env_params.max_steps_in_episode == 200
     assert hash(config) == hash(ppo.Config(env_kwargs={"max_steps_in_episode": 200}))
 

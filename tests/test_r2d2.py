@@ -16,6 +16,7 @@ import pytest
 from jaxrl import returns, sweep_axes
 from jaxrl.algorithms import dqn, get
 from jaxrl.buffers import sumtree
+from jaxrl.buffers.sequence import Windows
 
 L, BURN_IN, N_STEP, B = 8, 2, 3, 4
 
@@ -32,9 +33,7 @@ CONFIG = dqn.Config(
     hidden_sizes=(8,),
     memory="gru",
     memory_size=6,
-    sequence_length=L,
-    burn_in=BURN_IN,
-    sequence_period=3,
+    windows=Windows(L, BURN_IN, 3),
     n_step=N_STEP,
     value_rescale=True,
     loss="huber",
@@ -105,7 +104,7 @@ def reference_loss(online, target, batch, config):
             q.append(q_t)
             q_next_online.append(online_step(h_online, batch["next_obs"][b, t])[1])
             q_next_target.append(target_step(h_target, batch["next_obs"][b, t])[1])
-        for t in range(config.burn_in, L - n + 1):  # the trained steps
+        for t in range(config.windows.burn_in, L - n + 1):  # the trained steps
             ret, discount = 0.0, 1.0
             for k in range(n):
                 s = t + k
@@ -322,7 +321,7 @@ def test_an_update_writes_the_sequence_priorities(warm_state):
     batch = jit(dqn.sample)(state, jax.random.key(9), config)
     new_state, metrics = jit(dqn.update)(state, batch, jax.random.key(10), config)
     _, (_, priority) = jit(dqn.loss_fn)(state.params["network"], state.target_params, batch, jax.random.key(10), config)
-    slots = np.asarray(batch["index"].row) // config.sequence_period * config.num_envs + np.asarray(batch["index"].lane)
+    slots = np.asarray(batch["index"].row) // config.windows.period * config.num_envs + np.asarray(batch["index"].lane)
     leaves = np.asarray(sumtree.leaves(new_state.buffer.tree))
     expected = (np.abs(np.asarray(priority)) + config.per_eps) ** config.per_alpha
     np.testing.assert_allclose(leaves[slots], expected, rtol=1e-5)
@@ -360,17 +359,18 @@ def test_r2d2_preset_and_registry():
     [
         (dict(memory="rnn"), "memory must be one of"),
         (dict(memory_size=0), "memory_size must be an integer >= 1"),
-        (dict(burn_in=-1), "burn_in must be an integer >= 0"),
-        (dict(burn_in=6), r"burn_in \(6\) \+ 2 bootstrap steps must be < sequence_length \(8\)"),
-        (dict(sequence_period=5), r"sequence_period \(5\) must be <= the steps a window trains \(4\)"),
+        (dict(windows=(L, -1, 3)), "burn_in must be an integer >= 0"),
+        (dict(windows=(L, 6, 3)), r"windows.burn_in \(6\) \+ 2 bootstrap steps must be < windows.length \(8\)"),
+        (dict(windows=(L, BURN_IN, 5)), r"windows.period \(5\) must be <= the steps a window trains \(4\)"),
         (dict(distributional=True, value_rescale=False), "does not support distributional"),
-        (dict(buffer_size=21, num_steps=4), r"buffer_size \(21\) must hold sequence_length"),
-        (dict(learning_starts=0), r"learning_starts \(0\) must cover sequence_length"),
+        (dict(buffer_size=21, num_steps=4), r"buffer_size \(21\) must hold windows.length"),
+        (dict(learning_starts=0), r"learning_starts \(0\) must cover windows.length"),
         (dict(memory="none", distributional=True), "value_rescale does not apply to distributional"),
     ],
 )
 def test_bad_memory_settings_are_clear_errors(overrides, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message):  # windows: Windows' arguments, built inside
+        overrides = {k: Windows(*v) if k == "windows" else v for k, v in overrides.items()}
         dqn.Config(**{**CONFIG.__dict__, **overrides})
 
 

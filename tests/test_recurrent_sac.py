@@ -15,6 +15,7 @@ import pytest
 
 from jaxrl import sweep_axes
 from jaxrl.algorithms import offpolicy, sac
+from jaxrl.buffers.sequence import Windows
 
 L, BURN_IN, B, H = 7, 2, 3, 5
 
@@ -31,9 +32,7 @@ CONFIG = sac.Config(
     hidden_sizes=(8,),
     memory="gru",
     memory_size=H,
-    sequence_length=L,
-    burn_in=BURN_IN,
-    sequence_period=3,
+    windows=Windows(L, BURN_IN, 3),
     gamma=0.9,
     alpha=0.3,
     num_evals=1,
@@ -295,17 +294,18 @@ def test_memory_off_keeps_the_feed_forward_carry():
     [
         (dict(memory="rnn"), "memory must be one of"),
         (dict(memory_size=0), "memory_size must be an integer >= 1"),
-        (dict(burn_in=-1), "burn_in must be an integer >= 0"),
-        (dict(burn_in=7), r"burn_in \(7\) \+ 0 bootstrap steps must be < sequence_length \(7\)"),
-        (dict(sequence_period=6), r"sequence_period \(6\) must be <= the steps a window trains \(5\)"),
+        (dict(windows=(L, -1, 3)), "burn_in must be an integer >= 0"),
+        (dict(windows=(L, 7, 3)), r"windows.burn_in \(7\) \+ 0 bootstrap steps must be < windows.length \(7\)"),
+        (dict(windows=(L, BURN_IN, 6)), r"windows.period \(6\) must be <= the steps a window trains \(5\)"),
         (dict(n_step=3), "n_step must be 1"),
         (dict(env_id="MaskedCartPole-v1", discrete=True), "needs continuous actions"),
-        (dict(buffer_size=12), r"buffer_size \(12\) must hold sequence_length"),
-        (dict(learning_starts=0), r"learning_starts \(0\) must cover sequence_length"),
+        (dict(buffer_size=12), r"buffer_size \(12\) must hold windows.length"),
+        (dict(learning_starts=0), r"learning_starts \(0\) must cover windows.length"),
     ],
 )
 def test_bad_memory_settings_are_clear_errors(overrides, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message):  # windows: Windows' arguments, built inside
+        overrides = {k: Windows(*v) if k == "windows" else v for k, v in overrides.items()}
         sac.Config(**{**CONFIG.__dict__, **overrides})
 
 
@@ -323,9 +323,7 @@ def test_recurrent_sac_learns_masked_pendulum():
         env_id="MaskedPendulum-v1",
         memory="gru",
         memory_size=32,
-        sequence_length=10,
-        burn_in=2,
-        sequence_period=5,
+        windows=Windows(10, 2, 5),
         batch_size=32,
         total_timesteps=14_000,
         num_evals=4,

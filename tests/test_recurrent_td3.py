@@ -16,6 +16,7 @@ import pytest
 
 from jaxrl import sweep_axes
 from jaxrl.algorithms import ddpg, offpolicy, td3
+from jaxrl.buffers.sequence import Windows
 
 L, BURN_IN, B, H = 7, 2, 3, 5
 
@@ -32,9 +33,7 @@ CONFIG = td3.Config(
     hidden_sizes=(8,),
     memory="gru",
     memory_size=H,
-    sequence_length=L,
-    burn_in=BURN_IN,
-    sequence_period=3,
+    windows=Windows(L, BURN_IN, 3),
     gamma=0.9,
     target_noise=0.4,  # large enough that the noise clip binds on some draws
     target_noise_clip=0.5,
@@ -303,14 +302,15 @@ def test_memory_off_keeps_the_feed_forward_state():
     [
         (dict(memory="rnn"), "memory must be one of"),
         (dict(memory_size=0), "memory_size must be an integer >= 1"),
-        (dict(burn_in=-1), "burn_in must be an integer >= 0"),
-        (dict(burn_in=7), r"burn_in \(7\) \+ 0 bootstrap steps must be < sequence_length \(7\)"),
-        (dict(sequence_period=6), r"sequence_period \(6\) must be <= the steps a window trains \(5\)"),
+        (dict(windows=(L, -1, 3)), "burn_in must be an integer >= 0"),
+        (dict(windows=(L, 7, 3)), r"windows.burn_in \(7\) \+ 0 bootstrap steps must be < windows.length \(7\)"),
+        (dict(windows=(L, BURN_IN, 6)), r"windows.period \(6\) must be <= the steps a window trains \(5\)"),
         (dict(n_step=3), "n_step must be 1"),
-        (dict(buffer_size=12), r"buffer_size \(12\) must hold sequence_length"),
-        (dict(learning_starts=0), r"learning_starts \(0\) must cover sequence_length"),
+        (dict(buffer_size=12), r"buffer_size \(12\) must hold windows.length"),
+        (dict(learning_starts=0), r"learning_starts \(0\) must cover windows.length"),
     ],
 )
 def test_bad_memory_settings_are_clear_errors(overrides, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message):  # windows: Windows' arguments, built inside
+        overrides = {k: Windows(*v) if k == "windows" else v for k, v in overrides.items()}
         td3.Config(**{**CONFIG.__dict__, **overrides})

@@ -88,7 +88,7 @@ def registered():
     envs.register(TARGET, lambda **overrides: (NestedTarget(), Params(**overrides)), replace=True)
     yield
     for env_id in (CUE, TARGET):
-        envs._REGISTRY.pop(env_id, None)
+        envs.registry._REGISTRY.pop(env_id, None)
 
 
 def cue_expert(params, obs, carry, key):

@@ -21,7 +21,7 @@ ENV_ID = "jaxrl_test/MaskedCue-v0"
 def registered():
     envs.register(ENV_ID, lambda **overrides: (MaskedCue(), CueParams(**overrides)), replace=True)
     yield
-    envs._REGISTRY.pop(ENV_ID, None)
+    envs.registry._REGISTRY.pop(ENV_ID, None)
 
 
 # ----------------------------------------------------------------------------- specs, encoders, statistics

@@ -23,8 +23,8 @@ recurrent SAC (:mod:`jaxrl.algorithms.sac`) with a deterministic actor: the acto
 the critics each have their own recurrent encoder (the Q heads share the critics'),
 both memories advance while acting and are stored with every step in a sequence replay
 (:mod:`jaxrl.buffers.sequence`, uniform over windows), and the learner re-runs the
-actor, the critics and both targets over each window of ``sequence_length`` steps from
-the stored memories, the first ``burn_in`` steps only warming them up, with one-step
+actor, the critics and both targets over each window of ``windows.length`` steps from
+the stored memories, the first ``windows.burn_in`` steps only warming them up, with one-step
 targets bootstrapped through truncation from the final observation. ::
 
     config = ddpg.Config(env_id="Pendulum-v1")
@@ -44,6 +44,7 @@ from flax import struct
 
 from jaxrl import envs, networks, optim, rollout
 from jaxrl.algorithms import offpolicy
+from jaxrl.buffers.sequence import Windows
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.networks import Actor, ContinuousQ, RecurrentActor, RecurrentContinuousQ, ensemble
 
@@ -60,8 +61,8 @@ class Config(offpolicy.ReplaySchedule):
     runs ``num_updates`` critic updates (and ``num_updates / policy_delay`` actor
     updates) on batches of ``batch_size``.
 
-    With ``memory`` on (``n_step=1``) replay holds windows of ``sequence_length`` steps
-    starting every ``sequence_period`` steps of each env, ``batch_size`` counts windows,
+    With ``memory`` on (``n_step=1``) replay holds ``windows`` of
+    ``windows.length`` steps starting every ``windows.period`` steps of each env, ``batch_size`` counts windows,
     and the losses train every step after the first ``burn_in``.
     """
 
@@ -85,9 +86,7 @@ class Config(offpolicy.ReplaySchedule):
     policy_delay: int = static(1)  # critic updates per actor / target update
     memory: str = static("none")  # "gru" or "lstm": a recurrent core in the actor and in the critics
     memory_size: int = static(64)  # each recurrent core's units
-    sequence_length: int = static(20)  # steps per replayed window (memory only)
-    burn_in: int = static(5)  # leading steps of a window that only warm up the memories
-    sequence_period: int = static(10)  # steps between the starts of a lane's windows
+    windows: Windows = Windows()  # with memory: replayed windows (length, burn-in, period)
     normalize_observations: bool = static(False)  # running stats in params; replay keeps raw observations
     scale_rewards: bool = static(False)  # divide rewards by the running std of the discounted return
     num_evals: int = static(10)

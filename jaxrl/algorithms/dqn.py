@@ -16,8 +16,8 @@ per-actor epsilons, Horgan et al., 2018). ``rainbow(env_id)`` turns them all on.
 core between the Q-network's torso and head, the actors' memory kept in the state and
 stored with every step in a prioritized sequence replay (:mod:`jaxrl.buffers.sequence`),
 and a learner that re-runs the online and target networks over each sampled window of
-``sequence_length`` steps from its stored memory, warming it up over the first
-``burn_in`` steps, with n-step double-Q targets, optionally value-rescaled.
+``windows.length`` steps from its stored memory, warming it up over the first
+``windows.burn_in`` steps, with n-step double-Q targets, optionally value-rescaled.
 ``r2d2(env_id)`` is that preset.
 
 ``multi_agent=True`` trains the agents of a multi-agent env (:class:`jaxrl.envs.multiagent.AgentBatch`:
@@ -47,6 +47,7 @@ from flax import struct
 from jaxrl import envs, networks, optim, returns, rollout
 from jaxrl.algorithms import offpolicy, requirements
 from jaxrl.buffers import prioritized, sequence
+from jaxrl.buffers.sequence import Windows
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.distributions import mask_actions
 from jaxrl.networks import QNetwork
@@ -65,8 +66,8 @@ class Config(offpolicy.ReplaySchedule):
     ``double=False, dueling=False, n_step=1, prioritized=False`` is the DQN of Mnih et
     al. ``rainbow(env_id)`` adds C51 and noisy nets.
 
-    With ``memory`` on (R2D2, see ``r2d2(env_id)``) replay holds windows of
-    ``sequence_length`` steps starting every ``sequence_period`` steps of each env,
+    With ``memory`` on (R2D2, see ``r2d2(env_id)``) replay holds ``windows``:
+    ``windows.length`` steps starting every ``windows.period`` steps of each env,
     ``batch_size`` counts windows, and the loss trains the steps after the first
     ``burn_in`` whose ``n_step`` targets lie inside the window.
 
@@ -101,9 +102,7 @@ class Config(offpolicy.ReplaySchedule):
     epsilon_per_env: bool = static(False)  # lane i: apex_epsilon ** (1 + apex_alpha * i / (N - 1))
     memory: str = static("none")  # "gru" or "lstm": a recurrent core after the torso (R2D2)
     memory_size: int = static(64)  # the recurrent core's units
-    sequence_length: int = static(20)  # steps per replayed window (memory only)
-    burn_in: int = static(5)  # leading steps of a window that only warm up the memory
-    sequence_period: int = static(10)  # steps between the starts of a lane's windows
+    windows: Windows = Windows()  # with memory: replayed windows (length, burn-in, period)
     value_rescale: bool = static(False)  # learn h(Q) with R2D2's invertible rescaling h
     # --- static: several agents (IQL / VDN; see jaxrl.envs.multiagent.AgentBatch)
     multi_agent: bool = static(False)  # a multi-agent env's agents as a batch axis, one replay lane each
@@ -630,8 +629,8 @@ def unroll(network_params, obs, next_obs, carry, reset: jax.Array, noise: jax.Ar
 def trained_steps(config: Config) -> jax.Array:
     """bool ``[L - burn_in]``: the window steps after the burn-in that the loss
     trains, those whose ``n_step`` targets lie inside the window."""
-    mask = sequence.burn_in_mask(config.sequence_length, config.burn_in, config.n_step - 1)
-    return mask[config.burn_in :]
+    mask = sequence.burn_in_mask(config.windows.length, config.windows.burn_in, config.n_step - 1)
+    return mask[config.windows.burn_in :]
 
 
 def sequence_q_values(network_params, target_params, batch: dict, online_noise, target_noise, config: Config):
@@ -648,10 +647,10 @@ def sequence_q_values(network_params, target_params, batch: dict, online_noise, 
         for name in ("obs", "action", "reward", "terminated", "truncated", "next_obs")
     }
     time_major["reset"] = rollout.episode_starts(time_major["terminated"] | time_major["truncated"])
-    warm = jax.tree.map(lambda x: x[: config.burn_in], time_major)
-    train = jax.tree.map(lambda x: x[config.burn_in :], time_major)
+    warm = jax.tree.map(lambda x: x[: config.windows.burn_in], time_major)
+    train = jax.tree.map(lambda x: x[config.windows.burn_in :], time_major)
     online_carry = target_carry = batch["carry"]
-    if config.burn_in > 0:
+    if config.windows.burn_in > 0:
         frozen = jax.lax.stop_gradient(network_params)
         _, _, online_carry = unroll(frozen, warm["obs"], None, online_carry, warm["reset"], online_noise, config)
         _, _, target_carry = unroll(target_params, warm["obs"], None, target_carry, warm["reset"], target_noise, config)

@@ -192,41 +192,43 @@ def init_buffer(obs, action, config, use_priorities: bool = False):
 
 def init_sequence_buffer(obs, action, carry, config):
     """An empty :mod:`jaxrl.buffers.sequence` replay of ``config.buffer_size``
-    transitions with windows of ``config.sequence_length`` steps starting every
-    ``config.sequence_period``: the fields of :func:`example_transition` plus ``carry``,
+    transitions with ``config.windows`` (:class:`jaxrl.buffers.sequence.Windows`): the
+    fields of :func:`example_transition` plus ``carry``,
     the recurrent state entering each step (``carry`` leaves ``[N, ...]``)."""
     example = {**example_transition(obs, action), sequence.CARRY: jax.tree.map(lambda x: x[0], carry)}
-    return sequence.init(example, config.buffer_size, config.num_envs, config.sequence_length, config.sequence_period)
+    windows = config.windows
+    return sequence.init(example, config.buffer_size, config.num_envs, windows.length, windows.period)
 
 
 def check_sequence_replay(config, bootstrap_steps: int) -> None:
     """ValueErrors, naming the field, for sequence-replay settings that cannot work:
-    ``memory_size``, ``sequence_length``, ``sequence_period`` and ``burn_in`` of
+    ``memory_size`` and ``windows`` (:class:`jaxrl.buffers.sequence.Windows`) of
     ``config``, with ``bootstrap_steps`` trailing steps of a window that only supply
     targets (``n_step - 1``). Called with memory on."""
     requirements.require_transitions_only(config, f"sequence replay (memory={config.memory!r})")
-    for field in ("memory_size", "sequence_length", "sequence_period"):
-        require_int(config, field, 1)
-    require_int(config, "burn_in", 0)
-    if config.burn_in + bootstrap_steps >= config.sequence_length:
+    require_int(config, "memory_size", 1)
+    windows = config.windows
+    if not isinstance(windows, sequence.Windows):
+        raise TypeError(f"windows must be a jaxrl.buffers.sequence.Windows, got {windows!r}")
+    if windows.burn_in + bootstrap_steps >= windows.length:
         raise ValueError(
-            f"burn_in ({config.burn_in}) + {bootstrap_steps} bootstrap steps must be < sequence_length "
-            f"({config.sequence_length}), else a window trains no step"
+            f"windows.burn_in ({windows.burn_in}) + {bootstrap_steps} bootstrap steps must be < windows.length "
+            f"({windows.length}), else a window trains no step"
         )
-    trained = config.sequence_length - config.burn_in - bootstrap_steps
-    if config.sequence_period > trained:
+    trained = windows.length - windows.burn_in - bootstrap_steps
+    if windows.period > trained:
         raise ValueError(
-            f"sequence_period ({config.sequence_period}) must be <= the steps a window trains "
+            f"windows.period ({windows.period}) must be <= the steps a window trains "
             f"({trained}), else some steps are never trained"
         )
-    if config.buffer_size // config.num_envs < config.sequence_length:
+    if config.buffer_size // config.num_envs < windows.length:
         raise ValueError(
-            f"buffer_size ({config.buffer_size}) must hold sequence_length ({config.sequence_length}) "
+            f"buffer_size ({config.buffer_size}) must hold windows.length ({windows.length}) "
             f"steps of each of num_envs ({config.num_envs}) envs"
         )
-    if config.warmup_iterations * config.num_steps < config.sequence_length:
+    if config.warmup_iterations * config.num_steps < windows.length:
         raise ValueError(
-            f"learning_starts ({config.learning_starts}) must cover sequence_length ({config.sequence_length}) "
+            f"learning_starts ({config.learning_starts}) must cover windows.length ({windows.length}) "
             f"steps of each of num_envs ({config.num_envs}) envs, so a whole window exists before learning"
         )
 
@@ -513,7 +515,7 @@ def window_steps(batch: dict, config) -> dict:
     """A :func:`sample_windows` batch's per-step fields, time-major over the trained
     steps after the burn-in: leaves ``[L - burn_in, B, ...]``."""
     names = ("obs", "action", "reward", "discount", "terminated", "truncated", "next_obs")
-    return {name: jax.tree.map(lambda x: time_major(x)[config.burn_in :], batch[name]) for name in names}
+    return {name: jax.tree.map(lambda x: time_major(x)[config.windows.burn_in :], batch[name]) for name in names}
 
 
 def time_major(x: jax.Array) -> jax.Array:
@@ -538,7 +540,7 @@ def window_features(module, params, batch: dict, name: str, config, next_obs: bo
     obs = jax.tree.map(time_major, batch["obs"])
     reset = rollout.episode_starts(time_major(batch["terminated"] | batch["truncated"]))
     carry = batch["carry"][name]
-    burn_in = config.burn_in
+    burn_in = config.windows.burn_in
     if burn_in > 0:
         frozen = jax.lax.stop_gradient(params)
         _, carry = encode(module, frozen, jax.tree.map(lambda x: x[:burn_in], obs), carry, reset[:burn_in])

@@ -22,7 +22,7 @@ have their own recurrent encoder (a torso and a core; the twin Q heads share the
 critic's), both memories advance while acting and are stored with every step in a
 sequence replay (:mod:`jaxrl.buffers.sequence`, uniform over windows), and the learner
 re-runs the actor, the critics and the target critics over each window of
-``sequence_length`` steps from the stored memories, the first ``burn_in`` steps only
+``windows.length`` steps from the stored memories, the first ``windows.burn_in`` steps only
 warming them up, with one-step soft targets bootstrapped through truncation from the
 final observation.
 
@@ -50,6 +50,7 @@ from flax import struct
 
 from jaxrl import envs, networks, optim, rollout
 from jaxrl.algorithms import offpolicy, requirements
+from jaxrl.buffers.sequence import Windows
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.distributions import (
     Categorical,
@@ -72,8 +73,8 @@ class Config(offpolicy.ReplaySchedule):
     runs ``num_updates`` updates (critics, actor, temperature, targets) on batches of
     ``batch_size``.
 
-    With ``memory`` on (continuous actions, ``n_step=1``) replay holds windows of
-    ``sequence_length`` steps starting every ``sequence_period`` steps of each env,
+    With ``memory`` on (continuous actions, ``n_step=1``) replay holds ``windows``:
+    ``windows.length`` steps starting every ``windows.period`` steps of each env,
     ``batch_size`` counts windows, and the losses train every step after the first
     ``burn_in``.
     """
@@ -98,9 +99,7 @@ class Config(offpolicy.ReplaySchedule):
     sde_sample_freq: int = static(0)  # with use_sde: steps between draws of theta; 0: once per episode
     memory: str = static("none")  # "gru" or "lstm": a recurrent core in the actor and in the critics
     memory_size: int = static(64)  # each recurrent core's units
-    sequence_length: int = static(20)  # steps per replayed window (memory only)
-    burn_in: int = static(5)  # leading steps of a window that only warm up the memories
-    sequence_period: int = static(10)  # steps between the starts of a lane's windows
+    windows: Windows = Windows()  # with memory: replayed windows (length, burn-in, period)
     normalize_observations: bool = static(False)  # running stats in params; replay keeps raw observations
     scale_rewards: bool = static(False)  # divide rewards by the running std of the discounted return
     num_evals: int = static(10)
