@@ -87,3 +87,16 @@ def resolve(algorithm: str | Algorithm | ModuleType) -> Algorithm:
 
 
 __all__ = ["Algorithm", "BUILT_IN", "get", "names", "register", "resolve"]
+
+
+def __getattr__(name):
+    if name == "ALGORITHMS":  # the tuple this module held before records
+        import warnings
+
+        warnings.warn(
+            "jaxrl.algorithms.ALGORITHMS is now jaxrl.algorithms.names(); the old name goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return tuple(names())
+    raise AttributeError(f"module 'jaxrl.algorithms' has no attribute {name!r}")
