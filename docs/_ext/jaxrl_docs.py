@@ -4,6 +4,9 @@
   fields, read from the class at build time: name, default, static or traced (from
   :func:`jaxrl.config.static_fields`) and the field's trailing source comment. Every
   ``Config`` dataclass that autodoc documents gets this table appended to its docstring.
+* ``.. jaxrl-algorithm:: ppo`` renders an algorithm's record
+  (:func:`jaxrl.algorithms.get`): its summary, where each function of the contract comes
+  from, its presets and named variants.
 * ``.. jaxrl-cli-help:: train ppo`` renders ``python -m jaxrl train ppo --help`` from
   :func:`jaxrl.workflow.cli.build_parser`.
 * The notebooks in ``notebooks/`` are copied into ``docs/_notebooks`` (ignored by git)
@@ -16,6 +19,7 @@ import argparse
 import ast
 import dataclasses
 import filecmp
+import functools
 import importlib
 import inspect
 import io
@@ -183,6 +187,82 @@ def _skip_foreign_docstring(app, what, name, obj, skip, options):
     return None
 
 
+# -- Algorithm records ---------------------------------------------------------------
+
+
+def _origin(function) -> str:
+    """``module.qualname`` of the code behind a record's function (through partials and
+    bound methods)."""
+    while isinstance(function, functools.partial):
+        function = function.func
+    owner = getattr(function, "__self__", None)
+    if owner is not None and not inspect.ismodule(owner):  # a bound method: its class's
+        return f"{type(owner).__module__}.{type(owner).__qualname__}.{function.__name__}"
+    return f"{function.__module__}.{function.__qualname__}"
+
+
+def _xref(target: str) -> list[nodes.Node]:
+    """A reference to a documented Python object (plain code where it is not documented)."""
+    from sphinx.addnodes import pending_xref
+
+    ref = pending_xref("", refdomain="py", reftype="obj", reftarget=target, refexplicit=False)
+    ref += nodes.literal(target, target)
+    return [ref]
+
+
+class AlgorithmRecord(SphinxDirective):
+    """The record of the algorithm named by the argument: summary, the contract's
+    functions and where their code is, presets and variants."""
+
+    required_arguments = 1
+
+    def run(self) -> list[nodes.Node]:
+        from jaxrl import algorithms
+        from jaxrl.algorithms.contract import FUNCTIONS
+
+        record = algorithms.get(self.arguments[0])
+        module = importlib.import_module(algorithms.BUILT_IN[record.name])
+        self.env.note_dependency(module.__file__)
+        result: list[nodes.Node] = [
+            nodes.paragraph("", "", nodes.strong("", record.summary)),
+            nodes.paragraph(
+                "",
+                "",
+                nodes.Text("The record "),
+                nodes.literal("", f'jaxrl.algorithms.get("{record.name}")'),
+                nodes.Text(" (also "),
+                nodes.literal("", f"{module.__name__}.algorithm"),
+                nodes.Text(f"): the command line's {record.name}, and "),
+                nodes.literal("", f"{record.name}.<function>"),
+                nodes.Text(" for each function of the contract, whose code is:"),
+            ),
+        ]
+        functions = nodes.bullet_list()
+        for name in FUNCTIONS:
+            item = nodes.list_item()
+            item += nodes.paragraph(
+                "", "", nodes.literal("", name), nodes.Text(": "), *_xref(_origin(getattr(record, name)))
+            )
+            functions += item
+        result.append(functions)
+        for title, table in (("Presets", record.presets), ("Variants", record.variants)):
+            if not table:
+                continue
+            result.append(
+                nodes.rubric(
+                    "", f"{title} ({record.name}.preset(env_id) starts from these)" if title == "Presets" else title
+                )
+            )
+            entries = nodes.bullet_list()
+            for key, settings in table.items():
+                shown = ", ".join(f"{field}={value!r}" for field, value in settings.items()) or "the defaults"
+                item = nodes.list_item()
+                item += nodes.paragraph("", "", nodes.literal("", key), nodes.Text(": "), nodes.literal("", shown))
+                entries += item
+            result.append(entries)
+        return result
+
+
 # -- CLI help ------------------------------------------------------------------------
 
 
@@ -255,6 +335,7 @@ def copy_notebooks(app, config) -> None:
 def setup(app):
     app.add_directive("jaxrl-config-fields", ConfigFields)
     app.add_directive("jaxrl-cli-help", CliHelp)
+    app.add_directive("jaxrl-algorithm", AlgorithmRecord)
     app.connect("config-inited", copy_notebooks)
     app.connect("autodoc-process-docstring", _append_config_table)
     app.connect("autodoc-process-signature", _drop_config_signature)

@@ -147,10 +147,11 @@ def to_host(tree):
 
 
 def _module(algorithm):
-    """The record of an algorithm given by name, record or module."""
+    """The algorithm given by name (its record), or anything with ``train(key, config)``
+    (a record, an algorithm module, a stand-in)."""
     from jaxrl import algorithms
 
-    return algorithms.resolve(algorithm)
+    return algorithms.get(algorithm) if isinstance(algorithm, str) else algorithm
 
 
 # ----------------------------------------------------------------------------- lanes

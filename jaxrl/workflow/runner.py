@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl import loop
-from jaxrl.config import replace_paths, swept_config, to_json
+from jaxrl.config import is_part, replace_paths, swept_config
 from jaxrl.workflow import logging as jaxrl_logging
 from jaxrl.workflow import metrics, program_cache, rundir
 
@@ -508,20 +508,22 @@ def _program_identity(module: Algorithm, config) -> str | None:
     from jaxrl import algorithms
 
     def plain(value):
+        if is_part(value):  # one of jaxrl's parts, its fields plain
+            fields = dataclasses.fields(value)
+            return type(value).__module__.startswith("jaxrl.") and all(plain(getattr(value, f.name)) for f in fields)
         if isinstance(value, (tuple, list)):
             return all(plain(v) for v in value)
-        if isinstance(value, dict) and "part" in value:  # one of jaxrl's parts, its fields plain
-            return value["part"].startswith("jaxrl.") and all(plain(v) for k, v in value.items() if k != "part")
         return value is None or isinstance(value, (str, int, float, bool))
 
+    record = algorithms.resolve(module)
     config_class = type(config)
-    built_in = module.name in algorithms.BUILT_IN and algorithms.get(module.name) is module
+    built_in = record.name in algorithms.BUILT_IN and algorithms.get(record.name) is record
     if not (built_in and dataclasses.is_dataclass(config) and config_class.__module__.startswith("jaxrl.")):
         return None
-    fields = [(field.name, to_json(getattr(config, field.name))) for field in dataclasses.fields(config)]
+    fields = [(field.name, getattr(config, field.name)) for field in dataclasses.fields(config)]
     if not all(plain(value) for _, value in fields):
         return None
-    return f"{module.name} {config_class.__module__}.{config_class.__qualname__}{fields!r}"
+    return f"{algorithms.BUILT_IN[record.name]} {config_class.__module__}.{config_class.__qualname__}{fields!r}"
 
 
 def _shapes(tree) -> tuple:
