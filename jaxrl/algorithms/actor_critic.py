@@ -159,44 +159,9 @@ def _layout(config) -> tuple:
     return (config.network, config.hidden_sizes, config.activation, envs.config_spec(config).obs_ndim)
 
 
-# --- single transitions
-
-
-def _feedforward_actor(action_dim: int, kind: str, config) -> Actor:
-    return Actor(action_dim, kind, *_layout(config))
-
-
 def _feedforward_critic(num_critics: int, config):
     network, hidden_sizes, activation, obs_ndim = _layout(config)
     return ensemble(ContinuousQ, num_critics)(hidden_sizes, activation, obs_ndim, network)
-
-
-def _init_one_step(module, key: jax.Array, config, obs, *inputs):
-    return module.init(key, obs, *inputs)
-
-
-def _transition_buffer(obs, action, carry, config):
-    return offpolicy.init_buffer(obs, action, config)
-
-
-def _transition_steps(batch: dict, config) -> dict:
-    return batch
-
-
-def _transition_features(module, params, batch: dict, name: str, config, next_obs: bool = False):
-    return batch["obs"], batch["next_obs"] if next_obs else None
-
-
-def _observations(module, params, obs, carry, name: str):
-    return obs, carry
-
-
-def _apply(module, params, inputs, *args):
-    return module.apply(params, inputs, *args)
-
-
-def _leading_members(critic_params, count: int):
-    return jax.tree.map(lambda p: p[:count], critic_params)
 
 
 def _transition_behaviour(act: Callable, make_critic: Callable, state, config, uniform: bool) -> Callable:
@@ -211,25 +176,21 @@ def _transition_behaviour(act: Callable, make_critic: Callable, state, config, u
 
 
 TRANSITIONS = DataPath(
-    actor=_feedforward_actor,
+    actor=lambda action_dim, kind, config: Actor(action_dim, kind, *_layout(config)),
     critic=_feedforward_critic,
-    init=_init_one_step,
-    init_buffer=_transition_buffer,
+    init=lambda module, key, config, obs, *inputs: module.init(key, obs, *inputs),
+    init_buffer=lambda obs, action, carry, config: offpolicy.init_buffer(obs, action, config),
     sample=offpolicy.sample,
-    steps=_transition_steps,
-    features=_transition_features,
-    encode=_observations,
-    head=_apply,
-    leading_critics=_leading_members,
+    steps=lambda batch, config: batch,
+    features=lambda module, params, batch, name, config, next_obs=False: (
+        batch["obs"],
+        batch["next_obs"] if next_obs else None,
+    ),
+    encode=lambda module, params, obs, carry, name: (obs, carry),
+    head=lambda module, params, inputs, *args: module.apply(params, inputs, *args),
+    leading_critics=lambda critic_params, count: jax.tree.map(lambda p: p[:count], critic_params),
     behaviour=_transition_behaviour,
 )
-
-
-# --- windows of a sequence replay
-
-
-def _recurrent_actor(action_dim: int, kind: str, config) -> RecurrentActor:
-    return RecurrentActor(action_dim, kind, *_layout(config), config.memory, config.memory_size)
 
 
 def _recurrent_critic(num_critics: int, config) -> RecurrentContinuousQ:
@@ -244,17 +205,9 @@ def _init_sequence_of_one(module, key: jax.Array, config, obs, *inputs):
     return module.init(key, offpolicy.add_time(obs), *offpolicy.add_time(inputs), memory)
 
 
-def _window_buffer(obs, action, carry, config):
-    return offpolicy.init_sequence_buffer(obs, action, carry, config)
-
-
 def _encode_one_step(module, params, obs, carry, name: str):
     features, memory = offpolicy.encode(module, params, offpolicy.add_time(obs), carry[name])
     return features[0], {**carry, name: memory}
-
-
-def _apply_head(module, params, features, *args):
-    return module.apply(params, features, *args, method="from_features")
 
 
 def _leading_heads(critic_params, count: int):
@@ -277,15 +230,17 @@ def _window_behaviour(act: Callable, make_critic: Callable, state, config, unifo
 
 
 WINDOWS = DataPath(
-    actor=_recurrent_actor,
+    actor=lambda action_dim, kind, config: RecurrentActor(
+        action_dim, kind, *_layout(config), config.memory, config.memory_size
+    ),
     critic=_recurrent_critic,
     init=_init_sequence_of_one,
-    init_buffer=_window_buffer,
+    init_buffer=offpolicy.init_sequence_buffer,
     sample=offpolicy.sample_windows,
     steps=offpolicy.window_steps,
     features=offpolicy.window_features,
     encode=_encode_one_step,
-    head=_apply_head,
+    head=lambda module, params, features, *args: module.apply(params, features, *args, method="from_features"),
     leading_critics=_leading_heads,
     behaviour=_window_behaviour,
 )
@@ -305,50 +260,27 @@ def make_optimizer(config) -> optax.GradientTransformation:
     return optax.inject_hyperparams(optax.adam)(learning_rate=config.learning_rate)
 
 
-class Start(NamedTuple):
-    """What an actor-critic's first state holds whichever algorithm it is."""
-
-    actor_params: Any
-    critic_params: Any
-    buffer: Any
-    env_state: Any
-    obs: Any
-    carry: Any
-
-
-def start(key: jax.Array, config, actor, critic, action: jax.Array, carry, critic_reads_action: bool = True) -> Start:
-    """The actor's and the critics' parameters (``actor``, ``critic``: the modules), an
-    empty replay for actions like ``action [num_envs, ...]`` (zeros), ``num_envs`` reset
-    envs and their policy state ``carry`` (:func:`initial_carry`'s). A continuous critic
-    reads an action beside the observation (``critic_reads_action``)."""
+def start(key: jax.Array, config, actor, critic, action: jax.Array, carry, critic_reads_action: bool = True) -> dict:
+    """The fields every actor-critic's state starts with: ``params`` (the actor's, from
+    ``actor``, a module, and with ``normalize_observations`` the observation statistics),
+    ``critic_params`` (of ``critic``), an empty replay for actions like ``action
+    [num_envs, ...]`` (zeros), ``num_envs`` reset envs and their policy state ``carry``
+    (the algorithm's ``initial_carry``), zero step counters. A continuous critic reads an
+    action beside the observation (``critic_reads_action``)."""
     env, env_params = offpolicy.make_env(config)
     actor_key, critic_key, env_key = jax.random.split(key, 3)
     obs, env_state = rollout.reset(env, env_params, env_key, config.num_envs)
     path, one_obs = data_path(config), envs.config_spec(config).zeros((1,))
     critic_inputs = (action[:1].reshape(1, -1),) if critic_reads_action else ()
-    return Start(
-        actor_params=path.init(actor, actor_key, config, one_obs),
+    return dict(
+        params=offpolicy.init_params({"actor": path.init(actor, actor_key, config, one_obs)}, config),
         critic_params=path.init(critic, critic_key, config, one_obs, *critic_inputs),
         buffer=path.init_buffer(obs, action, carry, config),
         env_state=env_state,
         obs=obs,
-        carry=carry,
-    )
-
-
-def state_fields(begin: Start, config) -> dict:
-    """The fields every actor-critic's state starts with: ``params`` (the actor, and the
-    observation statistics with ``normalize_observations``), ``critic_params``, the
-    replay, the envs, ``carry`` and the zero step counters."""
-    return dict(
-        params=offpolicy.init_params({"actor": begin.actor_params}, config),
-        critic_params=begin.critic_params,
-        buffer=begin.buffer,
-        env_state=begin.env_state,
-        obs=begin.obs,
         timesteps=jnp.zeros((), jnp.int32),
         updates=jnp.zeros((), jnp.int32),
-        carry=begin.carry,
+        carry=carry,
     )
 
 

@@ -130,13 +130,11 @@ def init(key: jax.Array, config: Config) -> State:
     config.check_traced()
     action = jnp.zeros((config.num_envs,) + envs.config_spec(config).action_shape, jnp.float32)
     carry = initial_carry(config, config.num_envs)
-    begin = actor_critic.start(key, config, make_actor(config), make_critic(config), action, carry)
+    fields = actor_critic.start(key, config, make_actor(config), make_critic(config), action, carry)
+    online = {"actor": fields["params"]["actor"], "critic": fields["critic_params"]}
     optimizer = actor_critic.make_optimizer(config)
-    return State(
-        target_params={"actor": begin.actor_params, "critic": begin.critic_params},
-        opt_state={"actor": optimizer.init(begin.actor_params), "critic": optimizer.init(begin.critic_params)},
-        **actor_critic.state_fields(begin, config),
-    )
+    opt_state = {name: optimizer.init(params) for name, params in online.items()}
+    return State(target_params=online, opt_state=opt_state, **fields)
 
 
 # ----------------------------------------------------------------------------- acting

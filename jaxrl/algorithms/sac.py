@@ -76,7 +76,7 @@ class Config(actor_critic.Config):
 
     discrete: bool = static(False)  # categorical policy for Discrete action spaces
     autotune: bool = static(True)  # learn alpha; False keeps it at ``alpha``
-    sde: Any = None  # a jaxrl.exploration.GSDE: gSDE exploration (noise z(s) @ theta); None: the Gaussian's own
+    sde: GSDE | None = None  # gSDE exploration (noise z(s) @ theta); None: the Gaussian's own noise
     alpha: float = 0.2  # the fixed temperature, or the initial one with autotune
     target_entropy: Any = None  # None: -|A| (continuous), 0.5 log |A| (discrete)
 
@@ -208,23 +208,24 @@ def init(key: jax.Array, config: Config) -> State:
     else:
         action = jnp.zeros((config.num_envs,) + envs.config_spec(config).action_shape, jnp.float32)
     carry = initial_carry(config, config.num_envs)
-    begin = actor_critic.start(
+    fields = actor_critic.start(
         key, config, make_actor(config), make_critic(config), action, carry, critic_reads_action=not config.discrete
     )
+    actor_params, critic_params = fields["params"]["actor"], fields["critic_params"]
     if config.sde is not None:
-        actor_params = networks.fill_param(begin.actor_params, networks.SDE_LOG_STD, config.sde.log_std_init)
-        begin = begin._replace(actor_params=actor_params)
+        actor_params = networks.fill_param(actor_params, networks.SDE_LOG_STD, config.sde.log_std_init)
+        fields["params"] = {**fields["params"], "actor": actor_params}
     log_alpha = jnp.log(jnp.asarray(config.alpha, jnp.float32))
     optimizer = actor_critic.make_optimizer(config)
     return State(
-        target_params={"critic": begin.critic_params},
+        target_params={"critic": critic_params},
         log_alpha=log_alpha,
         opt_state={
-            "actor": optimizer.init(begin.actor_params),
-            "critic": optimizer.init(begin.critic_params),
+            "actor": optimizer.init(actor_params),
+            "critic": optimizer.init(critic_params),
             "alpha": optimizer.init(log_alpha),
         },
-        **actor_critic.state_fields(begin, config),
+        **fields,
     )
 
 
