@@ -71,7 +71,7 @@ class Config(actor_critic.Config):
     target_noise = 0.0
     target_noise_clip = 0.5
 
-    exploration: Any = Gaussian()  # the behaviour's action noise, in units of the half action range
+    exploration: Gaussian | OrnsteinUhlenbeck = Gaussian()  # action noise, in units of the half action range
 
     def __post_init__(self):
         if isinstance(self.exploration, str) and self.exploration in EXPLORATIONS:
