@@ -259,7 +259,6 @@ def test_bad_gsde_settings_are_clear_errors():
         sac.Config(env_id="Pendulum-v1", sde=GSDE(sample_freq=-1))
     with pytest.raises(ValueError, match="sde must be a jaxrl.exploration.GSDE or None"):
         sac.Config(env_id="Pendulum-v1", sde="gsde")
-    assert sac.Config(sde=True).sde == GSDE() and sac.Config(sde=False).sde is None  # the command line's switch
     with pytest.raises(ValueError, match="log_std_init"):
         sac.init(jax.random.key(0), sac.Config(env_id="Pendulum-v1", sde=GSDE(log_std_init=math.nan)))
     for algo in (ppo,):

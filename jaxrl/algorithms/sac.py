@@ -69,7 +69,7 @@ class Config(actor_critic.Config):
     One iteration collects ``num_steps`` steps from each of ``num_envs`` envs, then
     runs ``num_updates`` updates (critics, actor, temperature, targets) on batches of
     ``batch_size``. ``memory`` needs continuous actions; so does ``sde``, a
-    :class:`jaxrl.exploration.GSDE` (or ``True`` for its defaults) or None.
+    :class:`jaxrl.exploration.GSDE` or None.
     """
 
     ALGORITHM = "SAC"
@@ -81,8 +81,6 @@ class Config(actor_critic.Config):
     target_entropy: Any = None  # None: -|A| (continuous), 0.5 log |A| (discrete)
 
     def __post_init__(self):
-        if isinstance(self.sde, bool):  # the switch's shorthand: True is GSDE's defaults
-            object.__setattr__(self, "sde", GSDE() if self.sde else None)
         if self.sde is not None and not isinstance(self.sde, GSDE):
             raise ValueError(f"sde must be a jaxrl.exploration.GSDE or None, got {self.sde!r}")
         super().__post_init__()
