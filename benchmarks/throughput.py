@@ -57,9 +57,10 @@ RUNS = ("jaxrl", "rejax", "floor")
 @dataclasses.dataclass(frozen=True)
 class Entry:
     """One benchmark: jaxrl's ``algorithm`` (a module of ``jaxrl.algorithms``) on
-    ``env_id`` with the Config fields ``config``, for ``budget`` env steps per seed (BC:
-    gradient updates; ``quick`` under --quick); beside it rejax's ``peer`` class, created
-    with ``peer_config``. ``notes``: what still differs between the two."""
+    ``env_id`` with the Config fields ``config`` (a part's field by its dotted path), for
+    ``budget`` env steps per seed (BC: gradient updates; ``quick`` under --quick); beside
+    it rejax's ``peer`` class, created with ``peer_config``. ``notes``: what still differs
+    between the two."""
 
     algorithm: str
     title: str
@@ -364,10 +365,11 @@ ENTRIES = {
             # to whole jaxrl iterations, so jaxrl makes one critic update more.
             learning_starts=1_000,
             twin_critics=True,  # num_critics 2
-            exploration_noise=0.15,  # rejax's 0.3 in env units
             target_noise=0.1,
             target_noise_clip=0.25,  # rejax's 0.2 and 0.5 in env units
-        ),  # no clipping in jaxrl; rejax's element-wise 100 barely acts
+            # no clipping in jaxrl; rejax's element-wise 100 barely acts
+        )
+        | {"exploration.std": 0.15},  # Gaussian noise: rejax's 0.3 in env units
         peer="TD3",
         peer_config=dict(
             actor_kwargs={"activation": "swish"},
@@ -415,11 +417,8 @@ ENTRIES = {
             num_steps=1,
             num_updates=1,  # num_epochs 1
             learning_starts=1_000,  # fill_buffer: random steps before the first update
-            policy_delay=1,
-            twin_critics=False,
-            target_noise=0.0,  # one critic, no delay, no target noise
-            exploration_noise=0.1,  # 0.2 in env units
-        ),  # not settable in jaxrl: max_grad_norm 10, normalize_observations
+        )  # DDPG: one critic, no delay, no target noise; not settable in jaxrl: max_grad_norm 10
+        | {"exploration.std": 0.1},  # Gaussian noise, 0.2 in env units
         notes=(
             "rejax 0.1.3 has no DDPG (removed before 0.1), so no peer; its TD3 cannot stand in: with "
             "num_critics=1 its critic update fails, and with policy_delay=1, target_noise=0 it still takes the "
@@ -447,11 +446,16 @@ ENTRIES = {
 def jaxrl_config(entry: Entry, quick: bool):
     """The entry's algorithm module and Config: its fields, its budget, ``EVALS``
     evaluations and no progress reports (host callbacks are not what is measured)."""
+    from jaxrl.config import replace_paths
+
     module = importlib.import_module(f"jaxrl.algorithms.{entry.algorithm}")
     budget = {"num_updates" if entry.algorithm == "bc" else "total_timesteps": entry.quick if quick else entry.budget}
-    return module, module.Config(
-        env_id=entry.env_id, num_reports=0, num_evals=EVALS, eval_episodes=EVAL_EPISODES, **budget, **entry.config
+    fields = {name: value for name, value in entry.config.items() if "." not in name}
+    in_parts = {name: value for name, value in entry.config.items() if "." in name}  # "exploration.std"
+    config = module.Config(
+        env_id=entry.env_id, num_reports=0, num_evals=EVALS, eval_episodes=EVAL_EPISODES, **budget, **fields
     )
+    return module, replace_paths(config, in_parts)
 
 
 def random_dataset(jax, config, size: int = 10_000):

@@ -19,6 +19,7 @@ import dataclasses
 import difflib
 import importlib
 import numbers
+import typing
 from typing import Any
 
 import jax
@@ -63,16 +64,31 @@ def check_traced_parts(config) -> None:
             value.check_traced()
 
 
+def optional_part(config, name: str) -> type | None:
+    """The part class that field ``name`` of ``config`` (a Config class or instance) holds
+    when it is annotated ``Part | None`` (SAC's ``sde: GSDE | None``), else None."""
+    try:
+        hint = typing.get_type_hints(config if isinstance(config, type) else type(config)).get(name)
+    except (NameError, TypeError):  # an annotation that does not resolve names no part
+        return None
+    args = typing.get_args(hint)
+    parts = [arg for arg in args if isinstance(arg, type) and dataclasses.is_dataclass(arg)]
+    return parts[0] if len(parts) == 1 and type(None) in args else None
+
+
 def field_paths(config) -> dict[str, tuple[Any, bool]]:
     """Every field of ``config`` (a Config class or instance) by its path, with its value
     (a class: its default) and whether it is static: ``{"learning_rate": (2.5e-4, False),
     "exploration": (EpsilonGreedy(...), False), "exploration.end": (0.05, False), ...}``;
-    a part's own fields follow the part, as ``"<field>.<name>"``."""
+    a part's own fields follow the part, as ``"<field>.<name>"`` (of a class, also those of
+    an optional part whose default is None, at the part's defaults: :func:`optional_part`)."""
     paths = {}
     for field in dataclasses.fields(config):
         value = getattr(config, field.name) if not isinstance(config, type) else _default(field)
         paths[field.name] = (value, not field.metadata.get("pytree_node", True))
-        if is_part(value):
+        if value is None and isinstance(config, type):
+            value = optional_part(config, field.name)
+        if is_part(value) or isinstance(value, type):
             paths.update({f"{field.name}.{name}": entry for name, entry in field_paths(value).items()})
     return paths
 
@@ -88,7 +104,8 @@ def _default(field: dataclasses.Field):
 def replace_paths(config, values: dict):
     """``config`` with the fields at ``values``' paths replaced (``{"learning_rate": 1e-3,
     "exploration.end": 0.01}``): a part's field is replaced inside the part the config
-    holds. An unknown path is a ValueError naming the fields there are."""
+    holds (an optional part that holds None starts from its defaults). An unknown path is
+    a ValueError naming the fields there are."""
     top, nested = {}, {}
     for path, value in values.items():
         head, _, rest = path.partition(".")
@@ -104,6 +121,8 @@ def replace_paths(config, values: dict):
             raise ValueError(f"{type(config).__qualname__} has no field {head!r}.{hint}")
     for head, rest in nested.items():
         holder = top.get(head, getattr(config, head))
+        if holder is None and optional_part(config, head) is not None:  # setting its field chooses the part
+            holder = optional_part(config, head)()
         if not is_part(holder):
             raise ValueError(f"{type(config).__qualname__}.{head} holds {holder!r}, which has no fields to set")
         top[head] = replace_paths(holder, rest)

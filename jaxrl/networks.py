@@ -4,6 +4,7 @@ actor-critic and Q heads, noisy layers."""
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 
 import flax
@@ -644,6 +645,11 @@ class Actor(nn.Module):
     activation: str = "relu"
     obs_ndim: int | OneHot | tuple = 1
 
+    @property
+    def num_features(self) -> int:
+        """The size of the features the head reads (the torso's output)."""
+        return self.hidden_sizes[-1]
+
     @nn.compact
     def __call__(self, obs):
         x = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)(obs)
@@ -666,8 +672,9 @@ class RecurrentActor(nn.Module):
 
     ``__call__(obs [T, B, *obs_shape], carry, reset [T, B] = None) -> (out, carry)``,
     ``out`` as :class:`Actor` returns it with leading dims ``[T, B]``. The two halves are
-    methods too: :meth:`encode` (torso and core: features ``[T, B, memory_size]``) and
-    :meth:`policy` (the head on features ``[..., memory_size]``)."""
+    methods too, as every recurrent network here has them: :meth:`encode` (torso and core:
+    features ``[T, B, memory_size]``) and :meth:`from_features` (the head on features
+    ``[..., memory_size]``)."""
 
     action_dim: int
     kind: str = "gaussian"
@@ -678,6 +685,11 @@ class RecurrentActor(nn.Module):
     memory: str = "gru"
     memory_size: int = 128
 
+    @property
+    def num_features(self) -> int:
+        """The size of the features the head reads (the core's output)."""
+        return self.memory_size
+
     def setup(self):
         require_memory(self.memory)
         self.torso = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)
@@ -687,16 +699,20 @@ class RecurrentActor(nn.Module):
     def encode(self, obs, carry, reset=None):
         """``(features [T, B, memory_size], carry)``: the core's output at every step and
         its carry after the last one."""
-        reset = jnp.zeros(leading_shape(obs, self.obs_ndim), bool) if reset is None else reset
-        carry, features = self.core(carry, self.torso(obs), reset)
-        return features, carry
+        return _encode(self, obs, carry, reset)
+
+    def from_features(self, features):
+        """The head's output (as :class:`Actor`'s) on encoder features ``[..., memory_size]``."""
+        return self.head(features)
 
     def policy(self, features):
-        return self.head(features)
+        """Deprecated name of :meth:`from_features`."""
+        _renamed("RecurrentActor.policy", "RecurrentActor.from_features")
+        return self.from_features(features)
 
     def __call__(self, obs, carry, reset=None):
         features, carry = self.encode(obs, carry, reset)
-        return self.policy(features), carry
+        return self.from_features(features), carry
 
 
 class RecurrentContinuousQ(nn.Module):
@@ -707,8 +723,8 @@ class RecurrentContinuousQ(nn.Module):
     ``__call__(obs [T, B, *obs_shape], action [T, B, A], carry, reset [T, B] = None) ->
     (q [num_critics, T, B], carry)``. :meth:`encode` runs the encoder alone (features
     ``[T, B, memory_size]``, so the carry advances without an action) and
-    :meth:`values` the heads on features ``[..., memory_size]`` and actions ``[..., A]``
-    (``[num_critics, ...]``)."""
+    :meth:`from_features` the heads on features ``[..., memory_size]`` and actions
+    ``[..., A]`` (``[num_critics, ...]``)."""
 
     hidden_sizes: Sequence[int] = (256, 256)
     activation: str = "relu"
@@ -725,13 +741,28 @@ class RecurrentContinuousQ(nn.Module):
         self.heads = ensemble(ContinuousQ, self.num_critics)(self.hidden_sizes, self.activation, 1)
 
     def encode(self, obs, carry, reset=None):
-        reset = jnp.zeros(leading_shape(obs, self.obs_ndim), bool) if reset is None else reset
-        carry, features = self.core(carry, self.torso(obs), reset)
-        return features, carry
+        """``(features [T, B, memory_size], carry)``, as :meth:`RecurrentActor.encode`."""
+        return _encode(self, obs, carry, reset)
+
+    def from_features(self, features, action):
+        return self.heads(features, action)
 
     def values(self, features, action):
-        return self.heads(features, action)
+        """Deprecated name of :meth:`from_features`."""
+        _renamed("RecurrentContinuousQ.values", "RecurrentContinuousQ.from_features")
+        return self.from_features(features, action)
 
     def __call__(self, obs, action, carry, reset=None):
         features, carry = self.encode(obs, carry, reset)
-        return self.values(features, action), carry
+        return self.from_features(features, action), carry
+
+
+def _encode(module, obs, carry, reset):
+    """A recurrent network's torso and core over ``obs [T, B, ...]`` from ``carry``."""
+    reset = jnp.zeros(leading_shape(obs, module.obs_ndim), bool) if reset is None else reset
+    carry, features = module.core(carry, module.torso(obs), reset)
+    return features, carry
+
+
+def _renamed(old: str, new: str) -> None:
+    warnings.warn(f"{old} is renamed {new}; the old name goes in the next release", DeprecationWarning, stacklevel=3)

@@ -108,3 +108,19 @@ def test_variant_flag_starts_from_the_named_settings():
     config = make_config(dqn, args)
     assert config.distributional and config.noisy and config.prioritized and config.double
     assert config.n_step == 5  # explicit --set wins over the variant
+
+
+def test_set_chooses_a_part_then_its_fields():
+    """``--set exploration=ou`` picks TD3's Ornstein-Uhlenbeck noise, whose own fields
+    (not the default Gaussian's) ``--set exploration.sigma`` then reaches; setting a field
+    of SAC's optional gSDE part turns it on at its other defaults."""
+    from jaxrl.algorithms import sac, td3
+    from jaxrl.exploration import GSDE, OrnsteinUhlenbeck
+    from jaxrl.workflow.cli import build_parser, make_config
+
+    args = build_parser().parse_args(["train", "td3", "--set", "exploration=ou", "--set", "exploration.sigma=1"])
+    assert make_config(td3, args).exploration == OrnsteinUhlenbeck(sigma=1.0)
+    args = build_parser().parse_args(["train", "sac", "--set", "sde.sample_freq=8"])
+    assert make_config(sac, args).sde == GSDE(sample_freq=8)
+    args = build_parser().parse_args(["train", "sac", "--env", "MountainCarContinuous-v0", "--set", "sde=none"])
+    assert make_config(sac, args).sde is None  # the preset's gSDE turned off

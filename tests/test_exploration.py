@@ -8,19 +8,20 @@ import pytest
 
 from jaxrl import rollout
 from jaxrl.algorithms import ddpg, offpolicy, td3
+from jaxrl.exploration import OrnsteinUhlenbeck
 
-OU = dict(exploration="ou", exploration_noise=0.5, ou_theta=0.3, ou_dt=0.05, hidden_sizes=(8,), num_reports=0)
+OU = dict(exploration=OrnsteinUhlenbeck(sigma=0.5, theta=0.3, dt=0.05), hidden_sizes=(8,), num_reports=0)
 
 
 def test_ou_noise_matches_a_numpy_loop():
-    """``ou_noise`` is x <- x - theta * x * dt + sigma * sqrt(dt) * eps, step after step,
+    """The OU part's ``step`` is x <- x - theta * x * dt + sigma * sqrt(dt) * eps, step after step,
     with eps the standard normals of each step's key."""
     config = td3.Config(env_id="MountainCarContinuous-v0", **OU)
     keys = jax.random.split(jax.random.key(0), 60)
     noise = jnp.zeros((3, 1))
     reference = np.zeros((3, 1))
     for key in keys:
-        noise = ddpg.ou_noise(noise, key, config)
+        noise = config.exploration.step(noise, key)
         eps = np.asarray(jax.random.normal(key, (3, 1)))
         reference = reference - 0.3 * reference * 0.05 + 0.5 * np.sqrt(0.05) * eps
         np.testing.assert_allclose(noise, reference, rtol=1e-5, atol=1e-6)
@@ -36,7 +37,7 @@ def test_act_adds_the_carried_noise_and_deterministic_act_leaves_it_alone():
     mean, same = td3.act(params, obs, carry, jax.random.key(2), config, deterministic=True)
     assert same is carry
     action, next_carry = td3.act(params, obs, carry, jax.random.key(2), config)
-    expected_noise = ddpg.ou_noise(carry["noise"], jax.random.key(2), config)
+    expected_noise = config.exploration.step(carry["noise"], jax.random.key(2))
     np.testing.assert_allclose(next_carry["noise"], expected_noise, rtol=1e-6)
     np.testing.assert_allclose(action, np.clip(mean + expected_noise, -1.0, 1.0), rtol=1e-5, atol=1e-6)
     assert td3.initial_carry(td3.Config(env_id="MountainCarContinuous-v0"), 4) == ()  # Gaussian: no state
@@ -67,5 +68,9 @@ def test_rollouts_restart_the_noise_where_an_episode_ends():
 def test_bad_exploration_settings_are_clear_errors():
     with pytest.raises(ValueError, match="exploration"):
         ddpg.Config(exploration="pink")
-    with pytest.raises(ValueError, match="ou_theta"):
-        ddpg.init(jax.random.key(0), ddpg.Config(exploration="ou", ou_theta=0.0))
+    assert ddpg.Config(exploration="ou").exploration == OrnsteinUhlenbeck()  # the command line's shorthand
+    config = ddpg.Config(**OU)
+    with pytest.warns(DeprecationWarning, match="exploration.step"):
+        ddpg.ou_noise(jnp.zeros((2, 1)), jax.random.key(0), config)
+    with pytest.raises(ValueError, match="theta"):
+        ddpg.init(jax.random.key(0), ddpg.Config(exploration=OrnsteinUhlenbeck(theta=0.0)))

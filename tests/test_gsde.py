@@ -13,11 +13,15 @@ import pytest
 from jaxrl import distributions, networks, rollout
 from jaxrl.algorithms import a2c, ippo, offpolicy, onpolicy, ppo, sac
 from jaxrl.buffers.sequence import Windows
-from jaxrl.config import sweep_axes
+from jaxrl.config import replace_paths, sweep_axes
+from jaxrl.exploration import GSDE
 
 SMALL = dict(hidden_sizes=(8,), num_reports=0, use_sde=True)
 PPO = ppo.Config(env_id="Pendulum-v1", **SMALL)
-SAC = sac.Config(env_id="Pendulum-v1", **SMALL)
+SAC = sac.Config(env_id="Pendulum-v1", hidden_sizes=(8,), num_reports=0, sde=GSDE())
+# Each algorithm's gSDE settings by their paths (SAC's are the fields of its ``sde`` part).
+SAMPLE_FREQ = {"ppo": "sde_sample_freq", "sac": "sde.sample_freq"}
+LOG_STD_INIT = {"ppo": "sde_log_std_init", "sac": "sde.log_std_init"}
 
 
 def perturbed(params, key, scale=0.5):
@@ -142,7 +146,7 @@ def test_the_matrix_is_kept_between_draws_and_redrawn_every_sample_freq_steps(na
     fresh one 3-5, and so on; an env whose episode ends (its carry reset, as the rollout
     does) draws a fresh one at its next step while the other keeps its own."""
     algo = ppo if name == "ppo" else sac
-    config = (PPO if name == "ppo" else SAC).replace(sde_sample_freq=3)
+    config = replace_paths(PPO if name == "ppo" else SAC, {SAMPLE_FREQ[name]: 3})
     params = initial_params[name]
     obs = jax.random.normal(jax.random.key(1), (2, 3))
     act = jax.jit(lambda carry, key: algo.act(params, obs, carry, key, config))
@@ -166,8 +170,8 @@ def test_rollouts_draw_a_matrix_at_each_episode_start_and_every_sample_freq_step
     """Through the training rollout on 7-step episodes: the matrix an env acts with
     changes exactly at its episodes' first steps and (``sde_sample_freq=5``) at their
     fifth steps after that; with 0, one matrix serves each whole episode."""
-    config = (PPO if name == "ppo" else SAC).replace(
-        env_kwargs={"max_steps_in_episode": 7}, sde_sample_freq=sample_freq
+    config = replace_paths(
+        PPO if name == "ppo" else SAC, {"env_kwargs": {"max_steps_in_episode": 7}, SAMPLE_FREQ[name]: sample_freq}
     )
     algo = ppo if name == "ppo" else sac
     env, env_params = onpolicy.make_env(config) if name == "ppo" else offpolicy.make_env(config)
@@ -208,11 +212,13 @@ TRAIN = {
 @pytest.mark.parametrize("name", ["ppo", "sac"])
 def test_training_vmaps_over_seeds_and_the_initial_log_std_in_one_compile(name):
     algo = ppo if name == "ppo" else sac
-    configs = TRAIN[name].replace(sde_log_std_init=jnp.array([-3.0, -1.0]), learning_rate=jnp.array([1e-3, 3e-4]))
+    configs = replace_paths(
+        TRAIN[name], {LOG_STD_INIT[name]: jnp.array([-3.0, -1.0]), "learning_rate": jnp.array([1e-3, 3e-4])}
+    )
     keys = jax.random.split(jax.random.key(0), 2)
     sweep = jax.jit(jax.vmap(algo.train, in_axes=(0, sweep_axes(configs))))
     out = sweep(keys, configs)
-    sweep(keys, configs.replace(sde_log_std_init=jnp.array([-2.0, -2.5])))  # new values, the same program
+    sweep(keys, replace_paths(configs, {LOG_STD_INIT[name]: jnp.array([-2.0, -2.5])}))  # new values, the same program
     assert sweep._cache_size() == 1
     params = out.state.params["network" if name == "ppo" else "actor"]["params"]
     log_std = np.asarray(params[networks.SDE_LOG_STD])  # [2, F, A], moved a little from where each started
@@ -247,9 +253,15 @@ def test_gsde_trains_beside_a_memory_and_in_a2c(algo, config):
 def test_bad_gsde_settings_are_clear_errors():
     with pytest.raises(ValueError, match="use_sde=True needs a continuous"):
         ppo.Config(env_id="CartPole-v1", use_sde=True)
-    with pytest.raises(ValueError, match="use_sde=True needs continuous actions"):
-        sac.Config(env_id="CartPole-v1", discrete=True, use_sde=True)
-    for algo in (ppo, sac):
+    with pytest.raises(ValueError, match="sde \\(gSDE\\) needs continuous actions"):
+        sac.Config(env_id="CartPole-v1", discrete=True, sde=GSDE())
+    with pytest.raises(ValueError, match="sample_freq must be an integer >= 0"):
+        sac.Config(env_id="Pendulum-v1", sde=GSDE(sample_freq=-1))
+    with pytest.raises(ValueError, match="sde must be a jaxrl.exploration.GSDE or None"):
+        sac.Config(env_id="Pendulum-v1", sde="gsde")
+    with pytest.raises(ValueError, match="log_std_init"):
+        sac.init(jax.random.key(0), sac.Config(env_id="Pendulum-v1", sde=GSDE(log_std_init=math.nan)))
+    for algo in (ppo,):
         with pytest.raises(ValueError, match="sde_sample_freq must be an integer >= 0"):
             algo.Config(env_id="Pendulum-v1", use_sde=True, sde_sample_freq=-1)
         with pytest.raises(ValueError, match="sde_sample_freq=4 applies with use_sde=True"):

@@ -15,6 +15,7 @@ import pytest
 
 from jaxrl import envs, sweep_axes
 from jaxrl.algorithms import ddpg, get, offpolicy, sac, td3
+from jaxrl.exploration import Gaussian
 
 SMALL = dict(
     num_envs=2,
@@ -355,7 +356,7 @@ def test_bad_static_config_is_a_clear_error(module, overrides, message):
     [
         (ddpg, dict(tau=0.0), "tau"),
         (td3, dict(gamma=1.5), "gamma"),
-        (td3, dict(exploration_noise=-0.1), "exploration_noise"),
+        (td3, dict(exploration=Gaussian(std=-0.1)), "std"),
         (sac, dict(learning_rate=-1e-3), "learning_rate"),
         (sac, dict(alpha=0.0), "alpha"),
     ],

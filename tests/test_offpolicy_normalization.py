@@ -151,7 +151,8 @@ def test_actor_critics_act_on_normalized_observations(algo):
     params = {**state.params, "obs_stats": stats}
     obs = rng.normal(scale=2.0, size=(8, 3)).astype(np.float32)
     action, _ = algo.act(params, jnp.asarray(obs), algo.initial_carry(config, 8), jax.random.key(2), config, True)
-    out = algo.make_actor(config).apply(params["actor"], jnp.asarray(normalized(obs, stats)))
+    networks = ddpg if algo is td3 else algo  # TD3 is DDPG's code
+    out = networks.make_actor(config).apply(params["actor"], jnp.asarray(normalized(obs, stats)))
     unit = np.tanh(np.asarray(out[0])) if algo is sac else np.asarray(out)
     np.testing.assert_allclose(np.asarray(action), 2.0 * unit, rtol=1e-5, atol=1e-5)  # Pendulum's bound is 2
 

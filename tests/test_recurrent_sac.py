@@ -66,14 +66,16 @@ def encoder_step(params, h, obs):
 
 def policy_head(actor_params, features):
     """``(loc [A], std [A])`` of the actor's head on features ``[H]``."""
-    loc, log_std = sac.make_actor(CONFIG).apply(actor_params, jnp.asarray(features, jnp.float32), method="policy")
+    loc, log_std = sac.make_actor(CONFIG).apply(
+        actor_params, jnp.asarray(features, jnp.float32), method="from_features"
+    )
     return np.asarray(loc, np.float64), np.exp(np.asarray(log_std, np.float64))
 
 
 def q_heads(critic_params, features, unit_action):
     """Both critics' values ``[2]`` on features ``[H]`` and a unit action ``[A]``."""
     q = sac.make_critic(CONFIG).apply(
-        critic_params, jnp.asarray(features, jnp.float32), jnp.asarray(unit_action, jnp.float32), method="values"
+        critic_params, jnp.asarray(features, jnp.float32), jnp.asarray(unit_action, jnp.float32), method="from_features"
     )
     return np.asarray(q, np.float64)
 

@@ -68,7 +68,7 @@ def encoder_step(params, h, obs):
 
 def policy_head(actor_params, features):
     """The deterministic actor's unit action ``[A]`` on features ``[H]``."""
-    out = ddpg.make_actor(CONFIG).apply(actor_params, jnp.asarray(features, jnp.float32), method="policy")
+    out = ddpg.make_actor(CONFIG).apply(actor_params, jnp.asarray(features, jnp.float32), method="from_features")
     return np.asarray(out, np.float64)
 
 

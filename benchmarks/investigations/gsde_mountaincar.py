@@ -1,9 +1,9 @@
-"""SAC and PPO with gSDE (``use_sde=True``) on gymnax's MountainCarContinuous-v0, at
+"""SAC and PPO with gSDE (SAC's ``sde=GSDE(...)``, PPO's ``use_sde=True``) on gymnax's MountainCarContinuous-v0, at
 rl-baselines3-zoo's settings for the task translated to our Config fields, several seeds
 vmapped in one program; prints each seed's deterministic evaluation returns over the run.
 
     PYTHONPATH=. python benchmarks/investigations/gsde_mountaincar.py sac ppo --seeds 4
-    PYTHONPATH=. python benchmarks/investigations/gsde_mountaincar.py sac --set sde_sample_freq=0
+    PYTHONPATH=. python benchmarks/investigations/gsde_mountaincar.py sac --set sde.sample_freq=0
 
 The zoo's ``hyperparams/sac.yml`` and ``ppo.yml`` (MountainCarContinuous-v0 entries),
 field by field, as ``sac.preset`` and ``ppo.preset`` hold them for the task (PPO's preset
@@ -13,9 +13,9 @@ then anneals the learning rate and runs 300k steps, which ``SETTINGS`` undoes he
   ``learning_starts`` as given; ``ent_coef: 0.1`` is a fixed temperature
   (``autotune=False, alpha=0.1``); ``train_freq: 32, gradient_steps: 32`` with one env is
   ``num_steps=32, num_updates=32``; ``net_arch=[64, 64]`` is ``hidden_sizes``;
-  ``log_std_init`` is ``sde_log_std_init``. Stable-Baselines3 draws the noise matrix at
-  each rollout's start (every ``train_freq`` steps, ``sde_sample_freq=-1``), so
-  ``sde_sample_freq=32`` here.
+  ``log_std_init`` is ``sde.log_std_init``. Stable-Baselines3 draws the noise matrix at
+  each rollout's start (every ``train_freq`` steps, its ``sde_sample_freq=-1``), so
+  ``sde.sample_freq=32`` here.
 * PPO: ``normalize: true`` (observations and rewards) is ``normalize_observations`` and
   ``scale_rewards``; ``n_envs: 1, n_steps: 8`` is ``num_envs, num_steps``; a
   ``batch_size`` larger than the 8-step rollout makes one minibatch
@@ -38,6 +38,7 @@ import jax
 import numpy as np
 
 from jaxrl.algorithms import ppo, sac
+from jaxrl.config import replace_paths
 
 ENV = "MountainCarContinuous-v0"
 EVAL = dict(num_evals=10, eval_episodes=10, num_reports=0)
@@ -49,7 +50,7 @@ MODULES = {"sac": sac, "ppo": ppo}
 
 
 def run(name: str, seeds: int, overrides: dict) -> None:
-    config = MODULES[name].preset(ENV, **{**SETTINGS[name], **EVAL, **overrides})
+    config = replace_paths(MODULES[name].preset(ENV, **SETTINGS[name], **EVAL), overrides)
     train = jax.jit(jax.vmap(MODULES[name].train, in_axes=(0, None)), static_argnums=1)
     keys = jax.random.split(jax.random.key(0), seeds)
     start = time.perf_counter()
@@ -73,7 +74,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("algorithms", nargs="+", choices=sorted(SETTINGS))
     parser.add_argument("--seeds", type=int, default=4)
-    parser.add_argument("--set", action="append", default=[], help="FIELD=VALUE overrides (Python literals)")
+    parser.add_argument(
+        "--set", action="append", default=[], help="FIELD=VALUE overrides (Python literals; a part's field by its path)"
+    )
     args = parser.parse_args()
     overrides = {}
     for item in args.set:

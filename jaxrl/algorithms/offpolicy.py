@@ -461,43 +461,7 @@ class Learner(NamedTuple):
         )
 
 
-def actor_critic_sample(state, key: jax.Array, config) -> dict:
-    """An actor-critic's batch as its networks read it (:func:`observe_batch`): ``n_step``
-    transitions (:func:`sample`), or with ``memory`` on windows (:func:`sample_windows`)."""
-    if config.memory == "none":
-        return observe_batch(state.params, sample(state.buffer, key, config), config)
-    return observe_batch(state.params, sample_windows(state.buffer, key, config), config)
-
-
-def actor_critic_behaviour(act: Callable, make_critic: Callable) -> Callable:
-    """The ``behaviour`` of an actor-critic (DDPG, TD3, SAC): ``act`` (exploring), or with
-    ``uniform`` uniformly random actions (:func:`random_actions`). With ``memory`` on, the
-    critics' encoder (``make_critic(config)``) also advances its memory
-    (``carry["critic"]``) on each observation, as the sequence replay stores it with the
-    actor's."""
-
-    def behaviour(state, config, uniform: bool):
-        params, critic_params, spec = state.params, state.critic_params, envs.config_spec(config)
-
-        def policy(obs, carry, key):
-            if config.memory == "none":
-                if uniform:
-                    return random_actions(key, spec, config.num_envs, obs), carry
-                return act(params, obs, carry, key, config)
-            act_key, random_key = jax.random.split(key)
-            action, carry = act(params, obs, carry, act_key, config)
-            if uniform:
-                action = random_actions(random_key, spec, config.num_envs)
-            critic_obs = add_time(observe(params, obs, config))
-            _, critic_carry = encode(make_critic(config), critic_params, critic_obs, carry["critic"])
-            return action, {**carry, "critic": critic_carry}
-
-        return policy, {}
-
-    return behaviour
-
-
-# ----------------------------------------------------------------------------- sequences of an actor-critic with memory
+# ----------------------------------------------------------------------------- windows of an actor-critic with memory
 
 
 def sample_windows(buffer: sequence.SequenceState, key: jax.Array, config) -> dict:

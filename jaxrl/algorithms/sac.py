@@ -17,7 +17,8 @@ encoder; a continuous critic concatenates the action to its encoder's features, 
 dense layers.
 
 ``memory="gru"`` or ``"lstm"`` makes it recurrent SAC (as in Ni et al., 2022, "Recurrent
-Model-Free RL Can Be a Strong Baseline for Many POMDPs"): the actor and the critics each
+Model-Free RL Can Be a Strong Baseline for Many POMDPs") on the window path it shares
+with DDPG and TD3 (:mod:`jaxrl.algorithms.actor_critic`): the actor and the critics each
 have their own recurrent encoder (a torso and a core; the twin Q heads share the
 critic's), both memories advance while acting and are stored with every step in a
 sequence replay (:mod:`jaxrl.buffers.sequence`, uniform over windows), and the learner
@@ -26,12 +27,13 @@ re-runs the actor, the critics and the target critics over each window of
 warming them up, with one-step soft targets bootstrapped through truncation from the
 final observation.
 
-``use_sde=True`` explores with generalized state-dependent exploration (gSDE; Raffin,
-Kober & Stulp, 2021, :class:`jaxrl.distributions.StateDependentNoise`): the Gaussian's
-scale comes from the actor's last hidden features ``z(s)`` and a learned ``[F, A]``
-log-std, and acting adds ``z(s) @ theta`` before the squash, with a noise matrix
-``theta`` per env kept in the policy's carry (``carry["sde"]``), drawn at each episode's
-first step and every ``sde_sample_freq`` steps. ::
+``sde=GSDE(...)`` (:class:`jaxrl.exploration.GSDE`) explores with generalized
+state-dependent exploration (gSDE; Raffin, Kober & Stulp, 2021,
+:class:`jaxrl.distributions.StateDependentNoise`): the Gaussian's scale comes from the
+actor's last hidden features ``z(s)`` and a learned ``[F, A]`` log-std (initialised at
+``sde.log_std_init``), and acting adds ``z(s) @ theta`` before the squash, with a noise
+matrix ``theta`` per env kept in the policy's carry (``carry["sde"]``), drawn at each
+episode's first step and every ``sde.sample_freq`` steps. ::
 
     config = sac.Config(env_id="Pendulum-v1")
     out = jax.jit(sac.train)(jax.random.key(0), config)
@@ -44,81 +46,48 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import struct
 
-from jaxrl import envs, networks, optim, rollout
-from jaxrl.algorithms import offpolicy, requirements
-from jaxrl.buffers.sequence import Windows
-from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
-from jaxrl.distributions import (
-    Categorical,
-    StateDependentNoise,
-    TanhNormal,
-    mask_actions,
-    sde_initial_carry,
-    sde_next_matrix,
-)
-from jaxrl.networks import Actor, ContinuousQ, QNetwork, RecurrentActor, RecurrentContinuousQ, ensemble
+from jaxrl import envs, networks, optim
+from jaxrl.algorithms import actor_critic, offpolicy, requirements
+from jaxrl.algorithms.actor_critic import data_path
+from jaxrl.config import require_range, static
+from jaxrl.distributions import Categorical, StateDependentNoise, TanhNormal, mask_actions
+from jaxrl.exploration import GSDE
+from jaxrl.networks import QNetwork, ensemble
 
 LEARNER_METRICS = ("critic_loss", "actor_loss", "alpha_loss", "q_mean", "alpha", "entropy")
+SDE = "sde"  # the carry's entry for gSDE's noise matrices
 
 
 @struct.dataclass
-class Config(offpolicy.ReplaySchedule):
-    """SAC settings. Static fields fix the program; the rest can be traced and vmapped.
+class Config(actor_critic.Config):
+    """SAC settings (:class:`jaxrl.algorithms.actor_critic.Config`'s fields and SAC's
+    own). Static fields fix the program; the rest can be traced and vmapped.
 
     One iteration collects ``num_steps`` steps from each of ``num_envs`` envs, then
     runs ``num_updates`` updates (critics, actor, temperature, targets) on batches of
-    ``batch_size``.
-
-    With ``memory`` on (continuous actions, ``n_step=1``) replay holds ``windows``:
-    ``windows.length`` steps starting every ``windows.period`` steps of each env,
-    ``batch_size`` counts windows, and the losses train every step after the first
-    ``burn_in``.
+    ``batch_size``. ``memory`` needs continuous actions; so does ``sde``, a
+    :class:`jaxrl.exploration.GSDE` or None.
     """
 
-    # --- static: environment and program structure
-    env_id: str = static("Pendulum-v1")
-    env_kwargs: Any = static(())  # EnvParams overrides
+    ALGORITHM = "SAC"
+
     discrete: bool = static(False)  # categorical policy for Discrete action spaces
-    num_envs: int = static(4)
-    num_steps: int = static(1)  # env steps per env per iteration
-    num_updates: int = static(4)  # gradient updates per iteration
-    batch_size: int = static(256)
-    buffer_size: int = static(100_000)  # transitions (rounded up to a multiple of num_envs)
-    learning_starts: int = static(1_000)  # random-action env steps before the first update
-    total_timesteps: int = static(20_000)
-    n_step: int = static(1)  # n-step targets (the entropy bonus of the last step only)
-    network: str = static("mlp")  # or "cnn" (MinAtar), "nature_cnn", "impala_cnn": image leaves through convolutions
-    hidden_sizes: tuple = static((64, 64))  # small nets suit classic control; (256, 256) for MuJoCo
-    activation: str = static("relu")
     autotune: bool = static(True)  # learn alpha; False keeps it at ``alpha``
-    use_sde: bool = static(False)  # gSDE exploration (continuous actions): noise z(s) @ theta
-    sde_sample_freq: int = static(0)  # with use_sde: steps between draws of theta; 0: once per episode
-    memory: str = static("none")  # "gru" or "lstm": a recurrent core in the actor and in the critics
-    memory_size: int = static(64)  # each recurrent core's units
-    windows: Windows = Windows()  # with memory: replayed windows (length, burn-in, period)
-    normalize_observations: bool = static(False)  # running stats in params; replay keeps raw observations
-    scale_rewards: bool = static(False)  # divide rewards by the running std of the discounted return
-    num_evals: int = static(10)
-    eval_episodes: int = static(10)
-    num_reports: int = static(50)
-    # --- traced hyper-parameters
-    learning_rate: float = 1e-3  # actor, critics and temperature (Adam)
-    gamma: float = 0.99
-    tau: float = 0.005  # Polyak rate of the target critics
+    sde: GSDE | None = None  # gSDE exploration (noise z(s) @ theta); None: the Gaussian's own noise
     alpha: float = 0.2  # the fixed temperature, or the initial one with autotune
     target_entropy: Any = None  # None: -|A| (continuous), 0.5 log |A| (discrete)
-    # With use_sde: the initial log-std of theta's entries (Stable-Baselines3's gSDE default).
-    sde_log_std_init: float = -2.0
 
     def __post_init__(self):
-        object.__setattr__(self, "env_kwargs", freeze_mapping(self.env_kwargs, "env_kwargs"))
-        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
-        self.check_schedule()
-        offpolicy.check_normalization(self)
+        if self.sde is not None and not isinstance(self.sde, GSDE):
+            raise ValueError(f"sde must be a jaxrl.exploration.GSDE or None, got {self.sde!r}")
+        super().__post_init__()
+
+    def check_actions(self) -> envs.EnvSpec:
+        """The env's spec; ValueError unless its actions are Discrete with ``discrete``
+        (then without ``memory`` or ``sde``), else a Box with finite bounds."""
         spec = envs.config_spec(self)
         requirements.refuse_multi_discrete(spec, self.env_id, "sac")
         if self.discrete and not spec.discrete:
@@ -132,21 +101,18 @@ class Config(offpolicy.ReplaySchedule):
                     f"env_id {self.env_id!r} has {spec.num_actions} discrete actions: "
                     "set discrete=True for SAC's categorical policy"
                 )
-            offpolicy.require_box_actions(self, "SAC")
-        require_network(self, spec.obs_ndim)
-        require_choice(self, "memory", networks.MEMORY_KINDS)
+            return offpolicy.require_box_actions(self, self.ALGORITHM)
         if self.memory != "none":
-            if self.discrete:
-                raise ValueError(f"memory={self.memory!r} needs continuous actions; discrete=True has no recurrent SAC")
-            if self.n_step != 1:
-                raise ValueError(f"memory={self.memory!r} trains one-step targets: n_step must be 1, got {self.n_step}")
-            offpolicy.check_sequence_replay(self, bootstrap_steps=0)
-        require_choice(self, "use_sde", (True, False))
-        require_int(self, "sde_sample_freq", 0)
-        if self.use_sde and self.discrete:
-            raise ValueError("use_sde=True needs continuous actions; discrete=True has a categorical policy")
-        if not self.use_sde and self.sde_sample_freq != 0:
-            raise ValueError(f"sde_sample_freq={self.sde_sample_freq} applies with use_sde=True")
+            raise ValueError(f"memory={self.memory!r} needs continuous actions; discrete=True has no recurrent SAC")
+        if self.sde is not None:
+            raise ValueError("sde (gSDE) needs continuous actions; discrete=True has a categorical policy")
+        return spec
+
+    def check_traced(self) -> None:
+        super().check_traced()
+        require_range(self, "alpha", 0.0, float("inf"), low_open=True)
+        if self.target_entropy is not None:
+            require_range(self, "target_entropy", -float("inf"), float("inf"))
 
 
 PRESETS = {
@@ -155,9 +121,7 @@ PRESETS = {
     # 0.9999, tau 0.01, 64x64 layers), the noise matrix drawn every 32 steps as
     # Stable-Baselines3 draws it at each rollout: benchmarks/investigations/gsde.md.
     "MountainCarContinuous-v0": dict(
-        use_sde=True,
-        sde_sample_freq=32,
-        sde_log_std_init=-3.67,
+        sde=GSDE(sample_freq=32, log_std_init=-3.67),
         hidden_sizes=(64, 64),
         learning_rate=3e-4,
         buffer_size=50_000,
@@ -193,46 +157,21 @@ class State:
 # ----------------------------------------------------------------------------- set-up
 
 
-def env_spec(config: Config) -> envs.EnvSpec:
-    return envs.config_spec(config)
-
-
 def _action_dim(config: Config) -> int:
-    spec = env_spec(config)
-    return spec.num_actions if config.discrete else int(np.prod(spec.action_shape))
+    spec = envs.config_spec(config)
+    return spec.num_actions if config.discrete else math.prod(spec.action_shape)
 
 
-def _actor_kind(config: Config) -> str:
-    if config.discrete:
-        return "categorical"
-    return "state_dependent" if config.use_sde else "gaussian"
-
-
-def make_actor(config: Config) -> Actor | RecurrentActor:
+def make_actor(config: Config):
     """The policy network: the ``network`` torso (:func:`jaxrl.networks.torso`) on the
-    observation (any pytree of leaves), a Gaussian (with ``use_sde`` its mean, features
+    observation (any pytree of leaves), a Gaussian (with ``sde`` its mean, features
     and gSDE log-std) or (``discrete``) categorical head; with ``memory`` a
-    :class:`RecurrentActor`."""
-    obs_ndim = env_spec(config).obs_ndim
-    if config.memory != "none":
-        return RecurrentActor(
-            _action_dim(config),
-            _actor_kind(config),
-            config.network,
-            config.hidden_sizes,
-            config.activation,
-            obs_ndim,
-            config.memory,
-            config.memory_size,
-        )
-    return Actor(
-        _action_dim(config),
-        _actor_kind(config),
-        config.network,
-        config.hidden_sizes,
-        config.activation,
-        obs_ndim,
-    )
+    :class:`jaxrl.networks.RecurrentActor` (:attr:`jaxrl.algorithms.actor_critic.DataPath.actor`)."""
+    if config.discrete:
+        kind = "categorical"
+    else:
+        kind = "gaussian" if config.sde is None else "state_dependent"
+    return data_path(config).actor(_action_dim(config), kind, config)
 
 
 def make_critic(config: Config):
@@ -240,21 +179,12 @@ def make_critic(config: Config):
     ``obs -> [2, B, num_actions]`` (a ``network`` torso, then a linear head). A
     continuous critic encodes the observation (the ``network``'s convolutions for image
     leaves; flattened for ``"mlp"``), concatenates the action and applies dense layers.
-    With ``memory`` a :class:`RecurrentContinuousQ` (one encoder, twin heads)."""
-    obs_ndim = env_spec(config).obs_ndim
-    if config.memory != "none":
-        return RecurrentContinuousQ(
-            config.hidden_sizes, config.activation, obs_ndim, config.memory, config.memory_size, 2, config.network
-        )
+    With ``memory`` a :class:`jaxrl.networks.RecurrentContinuousQ` (one encoder, twin heads)."""
     if config.discrete:
-        return ensemble(QNetwork, 2)(
-            _action_dim(config), config.network, config.hidden_sizes, config.activation, obs_ndim
-        )
-    return ensemble(ContinuousQ, 2)(config.hidden_sizes, config.activation, obs_ndim, config.network)
-
-
-def make_optimizer(config: Config) -> optax.GradientTransformation:
-    return optax.inject_hyperparams(optax.adam)(learning_rate=config.learning_rate)
+        network, hidden_sizes, activation = config.network, config.hidden_sizes, config.activation
+        obs_ndim = envs.config_spec(config).obs_ndim
+        return ensemble(QNetwork, 2)(_action_dim(config), network, hidden_sizes, activation, obs_ndim)
+    return data_path(config).critic(2, config)
 
 
 def target_entropy(config: Config) -> jax.Array:
@@ -267,48 +197,25 @@ def target_entropy(config: Config) -> jax.Array:
     return jnp.asarray(-float(_action_dim(config)), jnp.float32)
 
 
-def _check_traced(config: Config) -> None:
-    require_range(config, "learning_rate", 0.0, float("inf"), low_open=True)
-    require_range(config, "gamma", 0.0, 1.0)
-    require_range(config, "tau", 0.0, 1.0, low_open=True)
-    require_range(config, "alpha", 0.0, float("inf"), low_open=True)
-    require_range(config, "sde_log_std_init", -float("inf"), float("inf"))
-    if config.target_entropy is not None:
-        require_range(config, "target_entropy", -float("inf"), float("inf"))
-
-
 def init(key: jax.Array, config: Config) -> State:
     """Actor, twin critics and their targets, the temperature, optimisers, an empty
-    buffer, ``num_envs`` reset envs and (with ``memory``) their initial memories."""
-    _check_traced(config)
-    env, env_params = offpolicy.make_env(config)
-    actor_key, critic_key, env_key = jax.random.split(key, 3)
-    obs, env_state = rollout.reset(env, env_params, env_key, config.num_envs)
-    spec = env_spec(config)
-    carry = initial_carry(config, config.num_envs)
+    buffer, ``num_envs`` reset envs and their policy state (:func:`initial_carry`)."""
+    config.check_traced()
     if config.discrete:
         action = jnp.zeros(config.num_envs, jnp.int32)
     else:
-        action = jnp.zeros((config.num_envs,) + spec.action_shape, jnp.float32)
-    if config.memory != "none":  # sequences of one step
-        one = initial_carry(config, 1)
-        unit = action[None, :1].reshape(1, 1, -1)
-        critic_params = make_critic(config).init(critic_key, spec.zeros((1, 1)), unit, one["critic"])
-        actor_params = make_actor(config).init(actor_key, spec.zeros((1, 1)), one["actor"])
-        buffer = offpolicy.init_sequence_buffer(obs, action, carry, config)
-    else:
-        one_obs = spec.zeros((1,))
-        critic_inputs = (one_obs,) if config.discrete else (one_obs, action[:1].reshape(1, -1))
-        critic_params = make_critic(config).init(critic_key, *critic_inputs)
-        actor_params = make_actor(config).init(actor_key, one_obs)
-        buffer = offpolicy.init_buffer(obs, action, config)
-    if config.use_sde:
-        actor_params = networks.fill_param(actor_params, networks.SDE_LOG_STD, config.sde_log_std_init)
+        action = jnp.zeros((config.num_envs,) + envs.config_spec(config).action_shape, jnp.float32)
+    carry = initial_carry(config, config.num_envs)
+    fields = actor_critic.start(
+        key, config, make_actor(config), make_critic(config), action, carry, critic_reads_action=not config.discrete
+    )
+    actor_params, critic_params = fields["params"]["actor"], fields["critic_params"]
+    if config.sde is not None:
+        actor_params = networks.fill_param(actor_params, networks.SDE_LOG_STD, config.sde.log_std_init)
+        fields["params"] = {**fields["params"], "actor": actor_params}
     log_alpha = jnp.log(jnp.asarray(config.alpha, jnp.float32))
-    optimizer = make_optimizer(config)
+    optimizer = actor_critic.make_optimizer(config)
     return State(
-        params=offpolicy.init_params({"actor": actor_params}, config),
-        critic_params=critic_params,
         target_params={"critic": critic_params},
         log_alpha=log_alpha,
         opt_state={
@@ -316,42 +223,34 @@ def init(key: jax.Array, config: Config) -> State:
             "critic": optimizer.init(critic_params),
             "alpha": optimizer.init(log_alpha),
         },
-        buffer=buffer,
-        env_state=env_state,
-        obs=obs,
-        timesteps=jnp.zeros((), jnp.int32),
-        updates=jnp.zeros((), jnp.int32),
-        carry=carry,
+        **fields,
     )
 
 
 # ----------------------------------------------------------------------------- acting
 
 
-def policy_distribution(actor_params, obs: jax.Array, config: Config):
-    """The policy at ``obs [B, ...]``: a :class:`Categorical` over actions, or a
-    :class:`TanhNormal` over unit actions ``[B, A]`` in ``(-1, 1)`` (with ``use_sde``, of
-    the state-dependent scale of :class:`jaxrl.distributions.StateDependentNoise`). With
-    ``memory``, ``obs`` is the actor's encoder output ``[..., memory_size]``
-    (:func:`jaxrl.algorithms.offpolicy.window_features`) and the distribution has its leading dims.
-    Where observations carry an action mask (``obs["action_mask"]``, discrete actions),
-    masked actions have probability 0."""
-    return policy_distribution_and_noise(actor_params, obs, config)[0]
+def policy_distribution(actor_params, inputs, config: Config):
+    """The policy at ``inputs``: a :class:`Categorical` over actions, or a
+    :class:`TanhNormal` over unit actions ``[B, A]`` in ``(-1, 1)`` (with ``sde``, of
+    the state-dependent scale of :class:`jaxrl.distributions.StateDependentNoise`).
+    ``inputs`` are observations ``[B, ...]``, or with ``memory`` the actor's encoder
+    features ``[..., memory_size]`` (:func:`jaxrl.algorithms.offpolicy.window_features`),
+    and the distribution has their leading dims. Where observations carry an action mask
+    (``obs["action_mask"]``, discrete actions), masked actions have probability 0."""
+    return policy_distribution_and_noise(actor_params, inputs, config)[0]
 
 
-def policy_distribution_and_noise(actor_params, obs: jax.Array, config: Config):
-    """:func:`policy_distribution` and, with ``use_sde``, the
+def policy_distribution_and_noise(actor_params, inputs, config: Config):
+    """:func:`policy_distribution` and, with ``sde``, the
     :class:`jaxrl.distributions.StateDependentNoise` of its scale (the actor's features
-    at ``obs``); None without."""
-    if config.memory != "none":
-        out = make_actor(config).apply(actor_params, obs, method="policy")
-    else:
-        out = make_actor(config).apply(actor_params, obs)
+    at ``inputs``); None without."""
+    out = data_path(config).head(make_actor(config), actor_params, inputs)
     if config.discrete:
-        if env_spec(config).action_mask:
-            out = mask_actions(out, obs[envs.ACTION_MASK])
+        if envs.config_spec(config).action_mask:
+            out = mask_actions(out, inputs[envs.ACTION_MASK])
         return Categorical(out), None
-    if config.use_sde:
+    if config.sde is not None:
         loc, features, sde_log_std = out
         noise = StateDependentNoise(features, sde_log_std)
         return TanhNormal(loc, noise.scale()), noise
@@ -359,30 +258,27 @@ def policy_distribution_and_noise(actor_params, obs: jax.Array, config: Config):
     return TanhNormal(loc, jnp.exp(log_std)), None
 
 
-def q_values(critic_params, obs: jax.Array, action: jax.Array | None, config: Config) -> jax.Array:
-    """Both critics' values ``[2, B]`` of unit actions ``[B, A]`` at ``obs [B, ...]`` (with
-    ``memory``: at the critics' encoder output ``[..., memory_size]``, values ``[2, ...]``),
-    or with ``discrete`` every action's ``[2, B, num_actions]`` (``action`` unused)."""
-    if config.discrete:
-        return make_critic(config).apply(critic_params, obs)
-    if config.memory != "none":
-        return make_critic(config).apply(critic_params, obs, action, method="values")
-    return make_critic(config).apply(critic_params, obs, action)
+def q_values(critic_params, inputs, action: jax.Array | None, config: Config) -> jax.Array:
+    """Both critics' values ``[2, B]`` of unit actions ``[B, A]`` at ``inputs``:
+    observations ``[B, ...]`` (with ``memory``: the critics' encoder features ``[...,
+    memory_size]``, values ``[2, ...]``), or with ``discrete`` every action's ``[2, B,
+    num_actions]`` (``action`` unused)."""
+    action_inputs = () if config.discrete else (action,)
+    return data_path(config).head(make_critic(config), critic_params, inputs, *action_inputs)
 
 
 def initial_carry(config: Config, batch_size: int):
     """The policy's state before an episode, for ``batch_size`` envs, all zeros: with
     ``memory`` the ``{"actor", "critic"}`` memories (:func:`jaxrl.algorithms.offpolicy.initial_carry`),
-    with ``use_sde`` the gSDE state ``"sde"`` (:func:`jaxrl.distributions.sde_initial_carry`:
+    with ``sde`` the gSDE state ``"sde"`` (:meth:`jaxrl.exploration.GSDE.initial_carry`:
     noise matrices ``[batch_size, F, A]``, ``F`` the actor's features, and their step
     counters), so that the rollout resets both where an episode ends; ``()`` without
     either."""
     carry = offpolicy.initial_carry(config, batch_size)
-    if not config.use_sde:
+    if config.sde is None:
         return carry
-    num_features = config.memory_size if config.memory != "none" else config.hidden_sizes[-1]
-    sde = sde_initial_carry(batch_size, num_features, _action_dim(config))
-    return {**carry, "sde": sde} if carry else {"sde": sde}
+    sde = config.sde.initial_carry(batch_size, make_actor(config).num_features, _action_dim(config))
+    return actor_critic.with_entry(carry, SDE, sde)
 
 
 def act(params: dict, obs: jax.Array, carry, key: jax.Array, config: Config, deterministic: bool = False):
@@ -392,32 +288,28 @@ def act(params: dict, obs: jax.Array, carry, key: jax.Array, config: Config, det
     bounds. Without memory or gSDE ``carry`` (:func:`initial_carry`: ``()``) is passed
     through.
 
-    With ``use_sde`` the sampled action is ``tanh(mean + z(s) @ theta)``, ``theta`` the
+    With ``sde`` the sampled action is ``tanh(mean + z(s) @ theta)``, ``theta`` the
     env's noise matrix in ``carry["sde"]``, drawn afresh where its step counter is 0
-    (:func:`jaxrl.distributions.sde_next_matrix`); ``deterministic`` leaves that state
+    (:meth:`jaxrl.exploration.GSDE.next_matrix`); ``deterministic`` leaves that state
     alone.
 
     With ``memory``, ``carry`` is :func:`initial_carry`'s dict: ``params`` holds only the
     actor, so ``act`` advances ``carry["actor"]`` and passes ``carry["critic"]`` through;
-    training's own collection (:func:`collect`) also advances the critic's memory, which
-    the replay needs and acting does not."""
-    inputs = obs = offpolicy.observe(params, obs, config)
-    if config.memory != "none":
-        actor = make_actor(config)
-        features, actor_carry = offpolicy.encode(actor, params["actor"], offpolicy.add_time(obs), carry["actor"])
-        inputs, carry = features[0], {**carry, "actor": actor_carry}
+    training's own collection (:func:`jaxrl.algorithms.actor_critic.behaviour`) also
+    advances the critic's memory, which the replay needs and acting does not."""
+    obs = offpolicy.observe(params, obs, config)
+    inputs, carry = data_path(config).encode(make_actor(config), params["actor"], obs, carry, "actor")
     dist, noise = policy_distribution_and_noise(params["actor"], inputs, config)
     if deterministic:
         action = dist.mode()
-    elif config.use_sde:
-        matrix, sde = sde_next_matrix(carry["sde"], key, config.sde_sample_freq)
-        action, carry = jnp.tanh(dist.loc + noise.noise(matrix)), {**carry, "sde": sde}
+    elif config.sde is not None:
+        matrix, sde = config.sde.next_matrix(carry[SDE], key)
+        action, carry = jnp.tanh(dist.loc + noise.noise(matrix)), {**carry, SDE: sde}
     else:
         action = dist.sample(key)
     if config.discrete:
         return action, carry
-    spec = env_spec(config)
-    return spec.from_unit(action.reshape(action.shape[:1] + spec.action_shape)), carry
+    return actor_critic.env_action(action, config), carry
 
 
 # ----------------------------------------------------------------------------- learning
@@ -443,55 +335,49 @@ def critic_target(
     """Soft TD targets ``[B]``: ``reward + discount * (1 - terminated) * V(s')`` with
     ``V(s') = E_{a' ~ pi}[min_i Q'_i(s', a') - alpha log pi(a'|s')]``.
 
-    With ``memory``, ``batch`` holds windows (:func:`jaxrl.algorithms.offpolicy.sample_windows`) and the targets are
-    ``[L - burn_in, B]``, time-major over the trained steps: ``V`` at ``next_obs[t]``
-    from the actor's and the target critics' memories after step ``t``
-    (:func:`jaxrl.algorithms.offpolicy.window_features`), so truncated episodes bootstrap from their final
-    observation."""
-    if config.memory == "none":
-        steps, actor_in, critic_in = batch, batch["next_obs"], batch["next_obs"]
-    else:
-        steps = offpolicy.window_steps(batch, config)
-        _, actor_in = offpolicy.window_features(make_actor(config), actor_params, batch, "actor", config, next_obs=True)
-        _, critic_in = offpolicy.window_features(
-            make_critic(config), target_critic_params, batch, "critic", config, next_obs=True
-        )
+    With ``memory``, ``batch`` holds windows (:func:`jaxrl.algorithms.offpolicy.sample_windows`)
+    and the targets are ``[L - burn_in, B]``, time-major over the trained steps: ``V`` at
+    ``next_obs[t]`` from the actor's and the target critics' memories after step ``t``
+    (:func:`jaxrl.algorithms.offpolicy.window_features`), so truncated episodes bootstrap
+    from their final observation."""
+    actor_in, critic_in = actor_critic.inputs(
+        make_actor(config), actor_params, make_critic(config), target_critic_params, batch, config, next_obs=True
+    )
     next_q, next_log_prob = _soft_values(actor_params, target_critic_params, actor_in, critic_in, key, config)
-    discount = steps["discount"] * (1.0 - steps["terminated"].astype(jnp.float32))
-    return steps["reward"] + discount * (next_q - alpha * next_log_prob)
+    return actor_critic.td_target(data_path(config).steps(batch, config), next_q - alpha * next_log_prob)
+
+
+def _taken_action_values(config: Config):
+    """With ``discrete``, the critics' values ``[2, B]`` of the stored actions ``[B]``
+    (every action's values, the stored one's picked); else None, the continuous default
+    of :func:`jaxrl.algorithms.actor_critic.critic_loss`."""
+    if not config.discrete:
+        return None
+
+    def q_of_action(critic_params, inputs, action):
+        q = q_values(critic_params, inputs, None, config)  # [2, B, A]
+        return jnp.sum(q * jax.nn.one_hot(action, q.shape[-1], dtype=q.dtype), axis=-1)
+
+    return q_of_action
 
 
 def critic_loss(critic_params, target: jax.Array, batch: dict, config: Config):
     """Squared error of both critics against ``target [B]`` (with ``memory`` ``[L -
     burn_in, B]``, the critics re-run over the windows), averaged over the batch and
-    summed over critics. Returns ``(loss, q_mean)``."""
-    if config.discrete:
-        q = q_values(critic_params, batch["obs"], None, config)  # [2, B, A]
-        one_hot = jax.nn.one_hot(batch["action"], q.shape[-1], dtype=q.dtype)
-        q = jnp.sum(q * one_hot, axis=-1)
-    else:
-        steps, inputs = batch, batch["obs"]
-        if config.memory != "none":
-            steps = offpolicy.window_steps(batch, config)
-            inputs, _ = offpolicy.window_features(make_critic(config), critic_params, batch, "critic", config)
-        action = env_spec(config).to_unit(steps["action"])
-        action = action.reshape(action.shape[: action.ndim - len(env_spec(config).action_shape)] + (-1,))
-        q = q_values(critic_params, inputs, action, config)
-    error = jnp.square(q - target)
-    if "valid" in batch:  # offpolicy.sample's weight is 0 on an env's padding steps (memory refuses such envs)
-        error = error * batch["weight"]
-    return jnp.sum(jnp.mean(error, axis=tuple(range(1, q.ndim)))), jnp.mean(q)
+    summed over critics (:func:`jaxrl.algorithms.actor_critic.critic_loss`). Returns
+    ``(loss, q_mean)``."""
+    critic = make_critic(config)
+    return actor_critic.critic_loss(critic, critic_params, target, batch, config, _taken_action_values(config))
 
 
-def actor_loss(actor_params, critic_params, alpha: jax.Array, obs, key: jax.Array, config: Config):
-    """``mean(alpha log pi(a|s) - min_i Q_i(s, a))`` over ``obs`` (with ``memory``, a
-    batch of windows: the actor and the critics re-run over them, the mean over the
+def actor_loss(actor_params, critic_params, alpha: jax.Array, batch: dict, key: jax.Array, config: Config):
+    """``mean(alpha log pi(a|s) - min_i Q_i(s, a))`` over the batch's ``obs`` (with
+    ``memory``, windows: the actor and the critics re-run over them, the mean over the
     trained steps). Returns ``(loss, entropy)``, the entropy estimate ``-mean log pi``
     (exact for discrete)."""
-    actor_in = critic_in = obs
-    if config.memory != "none":
-        actor_in, _ = offpolicy.window_features(make_actor(config), actor_params, obs, "actor", config)
-        critic_in, _ = offpolicy.window_features(make_critic(config), critic_params, obs, "critic", config)
+    actor_in, critic_in = actor_critic.inputs(
+        make_actor(config), actor_params, make_critic(config), critic_params, batch, config
+    )
     q, log_prob = _soft_values(actor_params, critic_params, actor_in, critic_in, key, config)
     return jnp.mean(alpha * log_prob - q), -jnp.mean(log_prob)
 
@@ -505,15 +391,13 @@ def alpha_loss(log_alpha: jax.Array, entropy: jax.Array, config: Config) -> jax.
 def update(state: State, batch: dict, key: jax.Array, config: Config):
     """One step of the critics, then the actor (against the updated critics), then the
     temperature (with ``autotune``), then the Polyak update of the target critics.
-    ``batch`` comes from :func:`jaxrl.algorithms.offpolicy.sample` (with ``memory``,
-    :func:`jaxrl.algorithms.offpolicy.sample_windows`). Returns ``(state, metrics)``."""
+    ``batch`` comes from :func:`jaxrl.algorithms.actor_critic.sample` (transitions, or
+    with ``memory`` windows). Returns ``(state, metrics)``."""
     target_key, actor_key = jax.random.split(key)
-    optimizer = make_optimizer(config)
+    optimizer = actor_critic.make_optimizer(config)
     alpha = jnp.exp(state.log_alpha)
     target = critic_target(state.params["actor"], state.target_params["critic"], alpha, batch, target_key, config)
-    critic_params, critic_opt, c_loss, q_mean = optim.step(
-        optimizer, critic_loss, state.critic_params, state.opt_state["critic"], target, batch, config
-    )
+    critic_params, critic_opt, c_loss, q_mean = actor_critic.critic_step(state, critic_loss, target, batch, config)
     actor_params, actor_opt, a_loss, entropy = optim.step(
         optimizer,
         actor_loss,
@@ -521,7 +405,7 @@ def update(state: State, batch: dict, key: jax.Array, config: Config):
         state.opt_state["actor"],
         critic_params,
         alpha,
-        batch["obs"] if config.memory == "none" else batch,
+        batch,
         actor_key,
         config,
     )
@@ -556,15 +440,7 @@ def learn(state: State, batch: dict, key: jax.Array, index, config: Config):
     return update(state, batch, key, config)
 
 
-learner = offpolicy.Learner(
-    init,
-    act,
-    initial_carry,
-    offpolicy.actor_critic_behaviour(act, make_critic),
-    offpolicy.actor_critic_sample,
-    learn,
-    LEARNER_METRICS,
-)
+learner = actor_critic.learner(init, act, initial_carry, make_critic, learn, LEARNER_METRICS)
 step, warmup_step, program = learner.step, learner.warmup_step, learner.program
 algorithm = learner.algorithm(
     "sac",

@@ -307,10 +307,34 @@ def parse_overrides(config_cls, pairs, algorithm: str) -> dict:
     fields = _settable(config_cls)
     overrides = {}
     for name, text in pairs:
+        if name not in fields and name.partition(".")[0] in fields:  # a field of a part another --set may choose
+            overrides[name] = _PartField(text)
+            continue
         if name not in fields:
             raise UsageError(f"unknown config field {name!r} for {algorithm}; fields: {', '.join(sorted(fields))}")
         overrides[name] = _parse_value(text, fields[name][0], name)
     return overrides
+
+
+class _PartField(str):
+    """The text of ``--set part.field=value`` for a part that is not the field's default
+    (``exploration=ou`` then ``exploration.sigma=1``): parsed once the Config holds it."""
+
+
+def _parse_part_fields(config, values: dict, algorithm: str) -> dict:
+    """``values`` with each :class:`_PartField` parsed as the type of that field of the
+    part ``config`` holds."""
+    from jaxrl.config import field_paths
+
+    fields = field_paths(config)
+    parsed = {}
+    for name, value in values.items():
+        if isinstance(value, _PartField):
+            if name not in fields:
+                raise UsageError(f"unknown config field {name!r} for {algorithm}; fields: {', '.join(sorted(fields))}")
+            value = _parse_value(str(value), fields[name][0], name)
+        parsed[name] = value
+    return parsed
 
 
 def make_config(record, args):
@@ -345,7 +369,7 @@ def make_config(record, args):
             config = record.Config(env_id=args.env, **overrides)
         else:
             config = record.preset(args.env, **overrides)
-        return replace_paths(config, in_parts)
+        return replace_paths(config, _parse_part_fields(config, in_parts, args.algorithm))
     except (ValueError, TypeError) as error:
         raise UsageError(str(error)) from None
 
