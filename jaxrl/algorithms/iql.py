@@ -26,11 +26,5 @@ class Config(value_decomposition.Config):
     DQN's fields, the climbing game's defaults) with the ``Independent`` mixer."""
 
 
-algorithm = value_decomposition.learner.algorithm(
-    "iql",
-    Config,
-    value_decomposition.update,
-    value_decomposition.PRESETS,
-    summary="Independent Q-learning: DQN on a multi-agent env's agents",
-)
+algorithm = value_decomposition.algorithm_of("iql", Config, "Independent Q-learning: DQN on a multi-agent env's agents")
 __getattr__ = algorithm.module_getattr(__name__)  # iql.train, iql.preset: the record's

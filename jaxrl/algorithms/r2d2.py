@@ -287,12 +287,7 @@ def update(state: dqn.State, batch: dict, key: jax.Array, config: Config):
 
 
 learner = dqn.learner_of(init, act, initial_carry, sample, update)
-behaviour, step, warmup_step, program = learner.behaviour, learner.step, learner.warmup_step, learner.program
-algorithm = learner.algorithm(
-    "r2d2",
-    Config,
-    update,
-    PRESETS,
-    summary="R2D2: a recurrent Q-network on prioritized sequence replay with burn-in and n-step rescaled targets",
-)
-__getattr__ = algorithm.module_getattr(__name__)  # r2d2.train, r2d2.preset: the record's
+warmup_step = learner.warmup_step  # an iteration of random actions: the warm-up before learning_starts
+summary = "R2D2: a recurrent Q-network on prioritized sequence replay with burn-in and n-step rescaled targets"
+algorithm = learner.algorithm("r2d2", Config, update, PRESETS, summary=summary)
+__getattr__ = algorithm.module_getattr(__name__)  # r2d2.train, r2d2.step, r2d2.preset: the record's

@@ -33,6 +33,7 @@ from flax import struct
 
 from jaxrl import envs, value_heads
 from jaxrl.algorithms import dqn
+from jaxrl.algorithms.contract import Algorithm
 from jaxrl.config import part, static
 from jaxrl.exploration import EpsilonGreedy
 
@@ -192,3 +193,9 @@ def update(state: dqn.State, batch: dict, key: jax.Array, config: Config):
 
 
 learner = dqn.learner_of(dqn.init, dqn.act, dqn.initial_carry, sample, update)
+
+
+def algorithm_of(name: str, Config: type, summary: str) -> Algorithm:
+    """The record of a variant (IQL, VDN): this core's functions with the variant's
+    ``Config``, whose ``mixer`` makes it."""
+    return learner.algorithm(name, Config, update, PRESETS, summary=summary)

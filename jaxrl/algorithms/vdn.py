@@ -36,11 +36,5 @@ class Config(value_decomposition.Config):
     mixer: Any = value_decomposition.Sum()
 
 
-algorithm = value_decomposition.learner.algorithm(
-    "vdn",
-    Config,
-    value_decomposition.update,
-    value_decomposition.PRESETS,
-    summary="VDN: DQN trained through the sum of the agents' Q-values",
-)
+algorithm = value_decomposition.algorithm_of("vdn", Config, "VDN: DQN trained through the sum of the agents' Q-values")
 __getattr__ = algorithm.module_getattr(__name__)  # vdn.train, vdn.preset: the record's
