@@ -16,6 +16,7 @@ from jaxrl import returns, sweep_axes, value_heads
 from jaxrl.algorithms import dqn, get
 from jaxrl.buffers import Index, prioritized, sumtree
 from jaxrl.buffers.prioritized import Prioritized
+from jaxrl.config import replace_paths
 from jaxrl.exploration import ApeXEpsilons, EpsilonGreedy, NoisyNets
 from jaxrl.networks import NoisyDense, QNetwork
 
@@ -282,10 +283,17 @@ def test_same_key_same_result(train_small, small_run):
 
 
 def test_vmap_over_seeds_and_hyperparameters_compiles_once(train_small):
-    """One program maps over seeds and traced hyper-parameters together; each lane equals
-    the separate run with its own key and values, and new values do not recompile."""
-    values = dict(learning_rate=[1e-4, 1e-3], gamma=[0.9, 0.99], tau=[0.5, 1.0])
-    configs = SMALL.replace(**{k: jnp.array(v) for k, v in values.items()})
+    """One program maps over seeds and traced hyper-parameters together (the parts'
+    numbers too); each lane equals the separate run with its own key and values, and new
+    values do not recompile."""
+    values = {
+        "learning_rate": [1e-4, 1e-3],
+        "gamma": [0.9, 0.99],
+        "tau": [0.5, 1.0],
+        "exploration.end": [0.05, 0.2],
+        "prioritized.alpha": [0.6, 0.4],
+    }
+    configs = replace_paths(SMALL, {k: jnp.array(v) for k, v in values.items()})
     keys = jax.random.split(jax.random.key(4), 2)
     sweep = jax.jit(jax.vmap(dqn.train, in_axes=(0, sweep_axes(configs))))
     out = sweep(keys, configs)
@@ -294,7 +302,7 @@ def test_vmap_over_seeds_and_hyperparameters_compiles_once(train_small):
     train_small(keys[0], SMALL)
     programs = train_small._cache_size()
     for i in range(2):
-        single = train_small(keys[i], SMALL.replace(**{k: v[i] for k, v in values.items()}))
+        single = train_small(keys[i], replace_paths(SMALL, {k: v[i] for k, v in values.items()}))
         assert_trees_close(jax.tree.map(lambda x: x[i], out.metrics), single.metrics, rtol=1e-4, atol=1e-4)
     assert train_small._cache_size() == programs
 
