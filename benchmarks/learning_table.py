@@ -5,7 +5,7 @@ the published reference return for the task.
     python benchmarks/learning_table.py --quick                      # the QUICK rows: minutes
     python benchmarks/learning_table.py                              # every row: hours on 2 cores
     python benchmarks/learning_table.py ppo dqn --envs MountainCar-v0 --seeds 8 --markdown table.md
-    python benchmarks/learning_table.py dqn --envs MountainCar-v0 --set "n_step=3 gamma=0.98"   # a sweep point
+    python benchmarks/learning_table.py dqn --envs MountainCar-v0 --set "n_step=3 exploration.end=0.1"   # a sweep point
     python benchmarks/learning_table.py --render a.md b.md --markdown all.md   # one table from earlier runs
 
 Per row, in a fresh process (JAX's persistent compilation cache off): ``jax.jit`` of
@@ -156,15 +156,21 @@ def parse_overrides(text: str | None) -> dict:
 
 def config_for(row: Row, overrides: dict | None = None):
     """The row's Config: the algorithm's preset for the env at the row's budget, with the
-    table's evaluations, no progress reports, and ``overrides``."""
+    table's evaluations, no progress reports, and ``overrides`` (a part's fields by their
+    dotted path: ``exploration.end=0.07``)."""
+    from jaxrl.config import replace_paths
+
     module = importlib.import_module(f"jaxrl.algorithms.{row.algorithm}")
-    return module, module.preset(
+    fields = {name: value for name, value in (overrides or {}).items() if "." not in name}
+    in_parts = {name: value for name, value in (overrides or {}).items() if "." in name}
+    config = module.preset(
         row.env_id,
-        **{**(overrides or {}), "total_timesteps": row.budget},
+        **{**fields, "total_timesteps": row.budget},
         num_evals=EVALS,
         eval_episodes=EVAL_EPISODES,
         num_reports=0,
     )
+    return module, replace_paths(config, in_parts)
 
 
 def measure_row(jax, row: Row, seeds: int, seed: int, overrides: dict | None = None) -> dict:

@@ -228,22 +228,20 @@ ENTRIES = {
             dueling=True,  # agent DuelingQNetwork: value + advantage - mean(advantage)
             double=True,  # ddqn
             n_step=1,
-            prioritized=False,
-            distributional=False,
-            noisy=False,
+            prioritized=False,  # uniform replay
             # rejax moves the target after every iteration (target_update_freq 1 <= num_envs), i.e.
             # every num_epochs updates: target <- polyak * target + (1 - polyak) * online.
             target_update_period=5,
             tau=0.02,
-            loss="mse",  # optax.l2_loss: 0.5 * td^2, mean over the batch
+            head="scalar",  # no C51
+            **{"head.loss": "mse"},  # optax.l2_loss: 0.5 * td^2, mean over the batch
             learning_rate=0.001,
             anneal_lr=False,  # Adam (eps 1e-8 on both sides), constant
             max_grad_norm=10.0,  # NOT the same: rejax clips each gradient element (optax.clip)
             gamma=0.99,
-            # Linear over exploration_fraction * total_timesteps env steps, from step 0.
-            epsilon_start=1.0,
-            epsilon_end=0.05,
-            exploration_fraction=0.5,
+            # Linear over exploration.fraction * total_timesteps env steps, from step 0.
+            exploration="epsilon_greedy",
+            **{"exploration.start": 1.0, "exploration.end": 0.05, "exploration.fraction": 0.5},
         ),
         # The "dqn" section of rejax's configs/gymnax/cartpole.yaml (in the rejax repository,
         # not in the 0.1.3 wheel), plus the code defaults it leaves unset ("code default").
@@ -444,8 +442,9 @@ ENTRIES = {
 
 
 def jaxrl_config(entry: Entry, quick: bool):
-    """The entry's algorithm module and Config: its fields, its budget, ``EVALS``
-    evaluations and no progress reports (host callbacks are not what is measured)."""
+    """The entry's algorithm module and Config: its fields (a part's by its dotted path,
+    ``"head.loss"``), its budget, ``EVALS`` evaluations and no progress reports (host
+    callbacks are not what is measured)."""
     from jaxrl.config import replace_paths
 
     module = importlib.import_module(f"jaxrl.algorithms.{entry.algorithm}")

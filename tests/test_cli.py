@@ -101,12 +101,14 @@ def test_tiny_training_run_prints_a_table(tmp_path):
 
 
 def test_variant_flag_starts_from_the_named_settings():
+    from jaxrl import exploration, value_heads
     from jaxrl.algorithms import dqn
     from jaxrl.workflow.cli import build_parser, make_config
 
     args = build_parser().parse_args(["train", "dqn", "--variant", "rainbow", "--set", "n_step=5"])
     config = make_config(dqn, args)
-    assert config.distributional and config.noisy and config.prioritized and config.double
+    assert isinstance(config.head, value_heads.Categorical) and isinstance(config.exploration, exploration.NoisyNets)
+    assert config.prioritized and config.double
     assert config.n_step == 5  # explicit --set wins over the variant
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from jaxrl import algorithms, data
 from jaxrl.algorithms import dqn
+from jaxrl.buffers.sequence import Windows
 
 JAXRL = pathlib.Path(__file__).parent.parent / "jaxrl"
 TINY = dict(num_envs=2, total_timesteps=64, hidden_sizes=(8,), num_evals=1, eval_episodes=1, num_reports=0)
@@ -46,6 +47,8 @@ def tiny_config(name: str):
         return module.Config(env_kwargs={"max_steps_in_episode": 16}, **TINY)
     if name in ("dqn", "iql", "vdn"):  # iql, vdn: MultiAgentClimbing-v0
         return module.Config(**OFF_POLICY)
+    if name == "r2d2":  # windows that fit the tiny buffer and warm-up
+        return module.Config(windows=Windows(4, 1, 1), memory_size=4, **OFF_POLICY)
     if name == "alphazero":
         return module.Config(
             num_games=2, num_steps=2, num_simulations=2, total_timesteps=8, batch_size=4, buffer_size=32, **SMALL_NET

@@ -1,4 +1,4 @@
-"""DQN and its Rainbow flags: the categorical projection against a NumPy loop, the
+"""DQN and its Rainbow parts: the categorical projection against a NumPy loop, the
 targets of double DQN and the weights of prioritized replay on hand-made batches, the
 API contract (jit, vmap, determinism, errors) and learning tests.
 
@@ -12,9 +12,12 @@ import numpy as np
 import optax
 import pytest
 
-from jaxrl import returns, sweep_axes
+from jaxrl import returns, sweep_axes, value_heads
 from jaxrl.algorithms import dqn, get
 from jaxrl.buffers import Index, prioritized, sumtree
+from jaxrl.buffers.prioritized import Prioritized
+from jaxrl.config import replace_paths
+from jaxrl.exploration import ApeXEpsilons, EpsilonGreedy, NoisyNets
 from jaxrl.networks import NoisyDense, QNetwork
 
 SMALL = dqn.Config(
@@ -145,7 +148,8 @@ def test_double_dqn_targets_use_online_argmax_and_target_values():
 
 
 def test_prioritized_weights_scale_the_loss_and_updates_set_priorities():
-    config = SMALL.replace(prioritized=True, loss="mse")
+    config = SMALL.replace(prioritized=Prioritized(), head=value_heads.Scalar(loss="mse"))
+    per = config.prioritized
     state = jit(dqn.init)(jax.random.key(0), config)
     warmup_step = jit(dqn.warmup_step)
     state, _ = warmup_step(state, jax.random.key(1), config)
@@ -154,15 +158,12 @@ def test_prioritized_weights_scale_the_loss_and_updates_set_priorities():
     slots = np.arange(state.buffer.replay.size * config.num_envs)
     index = Index(jnp.asarray(slots // config.num_envs), jnp.asarray(slots % config.num_envs))
     errors = jnp.linspace(0.1, 3.0, len(slots))
-    state = state.replace(buffer=jax.jit(prioritized.update_priorities)(state.buffer, index, errors, config.per_alpha))
+    state = state.replace(buffer=jax.jit(prioritized.update_priorities)(state.buffer, index, errors, per.alpha))
     batch = jit(dqn.sample)(state, jax.random.key(4), config)
 
     leaves = np.asarray(sumtree.leaves(state.buffer.tree))
     flat = np.asarray(batch["index"].row) * config.num_envs + np.asarray(batch["index"].lane)
-    beta = (
-        config.per_beta_start
-        + (config.per_beta_end - config.per_beta_start) * int(state.timesteps) / config.total_timesteps
-    )
+    beta = per.beta_start + (per.beta_end - per.beta_start) * int(state.timesteps) / config.total_timesteps
     expected_weight = (len(slots) * leaves[flat] / leaves.sum()) ** -beta
     np.testing.assert_allclose(np.asarray(batch["weight"]), expected_weight / expected_weight.max(), rtol=1e-4)
     assert np.asarray(batch["weight"]).min() < 0.99  # unequal priorities give unequal weights
@@ -171,9 +172,7 @@ def test_prioritized_weights_scale_the_loss_and_updates_set_priorities():
     np.testing.assert_allclose(float(loss), np.mean(np.asarray(batch["weight"]) * 0.5 * np.asarray(td) ** 2), rtol=1e-5)
     new_state, _ = jit(dqn.update)(state, batch, jax.random.key(5), config)
     new_leaves = np.asarray(sumtree.leaves(new_state.buffer.tree))
-    np.testing.assert_allclose(
-        new_leaves[flat], (np.abs(np.asarray(td)) + config.per_eps) ** config.per_alpha, rtol=1e-5
-    )
+    np.testing.assert_allclose(new_leaves[flat], (np.abs(np.asarray(td)) + per.eps) ** per.alpha, rtol=1e-5)
 
 
 def test_dueling_head_is_value_plus_centred_advantage():
@@ -239,11 +238,11 @@ def test_noisy_q_network_splits_one_draw_over_its_head_layers():
 
 
 def test_epsilon_schedules():
-    config = SMALL.replace(epsilon_start=1.0, epsilon_end=0.1, exploration_fraction=0.5)
+    config = SMALL.replace(exploration=EpsilonGreedy(start=1.0, end=0.1, fraction=0.5))
     horizon = 0.5 * config.total_timesteps
     for t, expected in ((0, 1.0), (horizon / 2, 0.55), (horizon, 0.1), (config.total_timesteps, 0.1)):
         np.testing.assert_allclose(np.asarray(dqn.epsilon(jnp.asarray(t), config)), expected, rtol=1e-6)
-    apex = dqn.Config(**{**SMALL.__dict__, "num_envs": 8, "epsilon_per_env": True})
+    apex = dqn.Config(**{**SMALL.__dict__, "num_envs": 8, "exploration": ApeXEpsilons()})
     lanes = np.arange(8)
     np.testing.assert_allclose(np.asarray(dqn.epsilon(jnp.asarray(0), apex)), 0.4 ** (1 + 7 * lanes / 7), rtol=1e-5)
 
@@ -254,8 +253,11 @@ def test_epsilon_schedules():
 def test_registry_and_rainbow_preset():
     assert get("dqn") is dqn.algorithm
     config = dqn.rainbow("CartPole-v1", n_step=5)
-    assert config.double and config.dueling and config.prioritized and config.distributional and config.noisy
-    assert config.n_step == 5 and config.epsilon_start == 0.0  # overrides win; noisy nets explore
+    assert config.double and config.dueling and isinstance(config.prioritized, Prioritized)
+    assert isinstance(config.head, value_heads.Categorical) and isinstance(config.exploration, NoisyNets)
+    assert config.n_step == 5 and np.all(np.asarray(dqn.epsilon(jnp.asarray(0), config)) == 0.0)  # noisy nets explore
+    assert dqn.Config(prioritized=False).prioritized is None and dqn.Config(prioritized=True) == dqn.Config()
+    assert isinstance(dqn.Config(head="categorical", exploration="noisy").head, value_heads.Categorical)
 
 
 def test_metrics_shapes_and_warmup(small_run):
@@ -281,10 +283,17 @@ def test_same_key_same_result(train_small, small_run):
 
 
 def test_vmap_over_seeds_and_hyperparameters_compiles_once(train_small):
-    """One program maps over seeds and traced hyper-parameters together; each lane equals
-    the separate run with its own key and values, and new values do not recompile."""
-    values = dict(learning_rate=[1e-4, 1e-3], gamma=[0.9, 0.99], tau=[0.5, 1.0])
-    configs = SMALL.replace(**{k: jnp.array(v) for k, v in values.items()})
+    """One program maps over seeds and traced hyper-parameters together (the parts'
+    numbers too); each lane equals the separate run with its own key and values, and new
+    values do not recompile."""
+    values = {
+        "learning_rate": [1e-4, 1e-3],
+        "gamma": [0.9, 0.99],
+        "tau": [0.5, 1.0],
+        "exploration.end": [0.05, 0.2],
+        "prioritized.alpha": [0.6, 0.4],
+    }
+    configs = replace_paths(SMALL, {k: jnp.array(v) for k, v in values.items()})
     keys = jax.random.split(jax.random.key(4), 2)
     sweep = jax.jit(jax.vmap(dqn.train, in_axes=(0, sweep_axes(configs))))
     out = sweep(keys, configs)
@@ -293,7 +302,7 @@ def test_vmap_over_seeds_and_hyperparameters_compiles_once(train_small):
     train_small(keys[0], SMALL)
     programs = train_small._cache_size()
     for i in range(2):
-        single = train_small(keys[i], SMALL.replace(**{k: v[i] for k, v in values.items()}))
+        single = train_small(keys[i], replace_paths(SMALL, {k: v[i] for k, v in values.items()}))
         assert_trees_close(jax.tree.map(lambda x: x[i], out.metrics), single.metrics, rtol=1e-4, atol=1e-4)
     assert train_small._cache_size() == programs
 
@@ -317,26 +326,31 @@ def test_act_and_evaluate_from_params_alone(small_run):
         (dict(num_envs=0), "num_envs"),
         (dict(env_id="Pendulum-v1"), "env_id"),
         (dict(env_id="CartPoel-v1"), "CartPole-v1"),
-        (dict(loss="l1"), "loss"),
+        (dict(head=lambda: value_heads.Scalar(loss="l1")), "loss"),
+        (dict(head="quantile"), "head must be one of"),
+        (dict(exploration="boltzmann"), "exploration must be one of"),
+        (dict(head=lambda: value_heads.Categorical(num_atoms=1)), "num_atoms"),
         (dict(hidden_sizes=()), "hidden_sizes"),
         (dict(network="cnn"), "network='cnn' needs image observations"),
         (dict(total_timesteps=10), "total_timesteps"),
     ],
 )
 def test_bad_static_config_is_a_clear_error(overrides, field):
-    with pytest.raises(ValueError, match=field):
+    with pytest.raises(ValueError, match=field):  # a part built inside: its own checks
+        overrides = {k: v() if callable(v) else v for k, v in overrides.items()}
         dqn.Config(**{**SMALL.__dict__, **overrides})
 
 
 @pytest.mark.parametrize(
     "overrides, field",
     [
-        (dict(per_alpha=1.5), "per_alpha"),
-        (dict(per_alpha=-0.1), "per_alpha"),
+        (dict(prioritized=Prioritized(alpha=1.5)), "alpha"),
+        (dict(prioritized=Prioritized(alpha=-0.1)), "alpha"),
+        (dict(exploration=EpsilonGreedy(end=1.5)), "end"),
         (dict(gamma=1.5), "gamma"),
         (dict(tau=0.0), "tau"),
         (dict(learning_rate=0.0), "learning_rate"),
-        (dict(v_min=10.0, v_max=0.0), "v_min"),
+        (dict(head=value_heads.Categorical(v_min=10.0, v_max=0.0)), "v_min"),
     ],
 )
 def test_bad_hyperparameter_is_a_clear_error(overrides, field):

@@ -1,8 +1,8 @@
-"""IQL and VDN: DQN with ``multi_agent=True`` (agents as a batch axis and as replay
-lanes) and ``mixer="vdn"``. VDN's team value and target against a NumPy loop (terminated,
-truncated and invalid agents), the agent lanes of the buffer and VDN's batches of whole
-env steps, the team's TD error written to every agent's lane, acting with per-env
-epsilons and action masks, the contract (jit, vmap over seeds and hyper-parameters in
+"""IQL and VDN (:mod:`jaxrl.algorithms.value_decomposition`: agents as a batch axis and
+as replay lanes, with the ``Independent`` or the ``Sum`` mixer). VDN's team value and
+target against a NumPy loop (terminated, truncated and invalid agents), the agent lanes
+of the buffer and VDN's batches of whole env steps, the team's TD error written to every
+agent's lane, acting with per-env epsilons and action masks, the contract (jit, vmap over seeds and hyper-parameters in
 one compile, the runner with checkpoints), clear errors and learning tests.
 
 Compiles dominate on a 2-core CPU: the API tests share one small VDN config whose
@@ -14,8 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl import envs, sweep_axes
-from jaxrl.algorithms import dqn, iql, vdn
+from jaxrl import envs, sweep_axes, value_heads
+from jaxrl.algorithms import dqn, iql, value_decomposition, vdn
 from jaxrl.buffers import Index, replay, sumtree
 from jaxrl.workflow import runner
 
@@ -122,7 +122,7 @@ def test_vdn_team_value_and_target_match_numpy_loop(double):
     assert np.any(q_next_online.argmax(-1) != q_next_target.argmax(-1))  # double Q-learning matters here
     q_tot, y = vdn_reference(q(online, batch["obs"]), q_next_online, q_next_target, batch, double)
 
-    loss, (metrics, td) = jit(dqn.loss_fn)(online, target, batch, jax.random.key(4), config)
+    loss, (metrics, td) = jit(value_decomposition.loss_fn)(online, target, batch, jax.random.key(4), config)
     np.testing.assert_allclose(np.asarray(td), y - q_tot, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(float(loss), np.mean(np.asarray(batch["weight"]) * huber(y - q_tot)), rtol=1e-5)
     np.testing.assert_allclose(float(metrics["q_mean"]), q_tot.mean(), rtol=1e-5, atol=1e-5)
@@ -145,7 +145,7 @@ def test_replay_lanes_are_agents_and_vdn_batches_are_env_steps(filled):
     np.testing.assert_array_equal(table[:, :, 0], table[:, :, 1])
     np.testing.assert_array_equal(reward[:, :, 0], reward[:, :, 1])  # the shared reward
 
-    batch = jit(dqn.sample)(filled, jax.random.key(5), SMALL)
+    batch = jit(value_decomposition.sample)(filled, jax.random.key(5), SMALL)
     index = jax.tree.map(np.asarray, batch["index"])
     assert index.row.shape == index.lane.shape == (SMALL.batch_size, A) and batch["weight"].shape == (SMALL.batch_size,)
     np.testing.assert_array_equal(index.row, index.row[:, :1] * np.ones(A, int))  # one env step ...
@@ -160,16 +160,16 @@ def test_replay_lanes_are_agents_and_vdn_batches_are_env_steps(filled):
 
 
 def test_vdn_writes_the_team_td_error_to_every_agent_lane(filled):
-    config = SMALL.replace(loss="mse")
-    batch = jit(dqn.sample)(filled, jax.random.key(6), config)
+    config = SMALL.replace(head=value_heads.Scalar(loss="mse"))
+    batch = jit(value_decomposition.sample)(filled, jax.random.key(6), config)
     params, target = filled.params["network"], filled.target_params
-    loss, (_, td) = jit(dqn.loss_fn)(params, target, batch, jax.random.key(7), config)
+    loss, (_, td) = jit(value_decomposition.loss_fn)(params, target, batch, jax.random.key(7), config)
     assert td.shape == (config.batch_size,)
     np.testing.assert_allclose(float(loss), np.mean(np.asarray(batch["weight"]) * 0.5 * np.asarray(td) ** 2), rtol=1e-5)
     new_state, _ = jit(vdn.update)(filled, batch, jax.random.key(7), config)
     leaves = np.asarray(sumtree.leaves(new_state.buffer.tree))
     slots = np.asarray(batch["index"].row) * SMALL.num_envs * A + np.asarray(batch["index"].lane)  # [B, A]
-    priority = (np.abs(np.asarray(td)) + config.per_eps) ** config.per_alpha  # the team's, [B]
+    priority = (np.abs(np.asarray(td)) + config.prioritized.eps) ** config.prioritized.alpha  # the team's, [B]
     expected = np.broadcast_to(priority[:, None], slots.shape)
     # Where one env step was drawn twice, one of its writes is kept: check the others.
     values, counts = np.unique(slots, return_counts=True)
@@ -179,14 +179,14 @@ def test_vdn_writes_the_team_td_error_to_every_agent_lane(filled):
 
 
 def test_iql_samples_agent_lanes_and_runs_every_flag():
-    """IQL's loss is DQN's on agent-transitions, so Rainbow's flags (C51, noisy nets,
+    """IQL's loss is DQN's on agent-transitions, so Rainbow's parts (C51, noisy nets,
     prioritized n-step replay) apply unchanged."""
     small = {k: getattr(SMALL, k) for k in ("num_envs", "num_steps", "num_updates", "batch_size", "buffer_size")}
     config = iql.Config(**small, learning_starts=16, total_timesteps=8 * 16, hidden_sizes=(16,), **dqn.RAINBOW)
     state = jit(iql.init)(jax.random.key(0), config)
     for k in (1, 2):
         state, _ = jit(dqn.warmup_step)(state, jax.random.key(k), config)
-    batch = jit(dqn.sample)(state, jax.random.key(3), config)
+    batch = jit(value_decomposition.sample)(state, jax.random.key(3), config)
     assert batch["index"].lane.shape == batch["action"].shape == (config.batch_size,)  # agent-transitions
     state, metrics = jit(iql.step)(state, jax.random.key(4), config)
     assert all(np.isfinite(float(metrics[name])) for name in dqn.LEARNER_METRICS)
@@ -284,11 +284,9 @@ def test_runner_trains_and_resumes_vdn(tmp_path, small_run):
         (iql.Config, dict(env_id="CartPole-v1"), "single-agent env"),
         (vdn.Config, dict(env_id="CartPole-v1"), "single-agent env"),
         (dqn.Config, dict(env_id="MultiAgentClimbing-v0"), "multi-agent env"),
-        (vdn.Config, dict(distributional=True), "distributional"),
-        (vdn.Config, dict(value_rescale=True), "value_rescale"),
+        (vdn.Config, dict(head=value_heads.Categorical()), "distributional"),
+        (vdn.Config, dict(head=value_heads.Rescaled()), "rescaled"),
         (vdn.Config, dict(mixer="qmix"), "mixer"),
-        (dqn.Config, dict(mixer="vdn"), "mixer='vdn' .* needs multi_agent=True"),
-        (iql.Config, dict(memory="gru"), "memory"),
         (iql.Config, dict(buffer_size=40, num_envs=4, num_steps=8), "buffer_size"),
     ],
 )
@@ -297,15 +295,23 @@ def test_bad_config_is_a_clear_error(make, overrides, message):
         make(**overrides)
 
 
+@pytest.mark.parametrize("make, field", [(dqn.Config, "mixer"), (iql.Config, "memory")])
+def test_settings_of_other_algorithms_are_no_fields(make, field):
+    """DQN has no mixer and multi-agent Q-learning no memory: such a setting is no field."""
+    with pytest.raises(TypeError, match=field):
+        make(**{field: "vdn" if field == "mixer" else "gru"})
+
+
 def test_registry_and_presets():
     from jaxrl.algorithms import get
 
     assert get("iql") is iql.algorithm and get("vdn") is vdn.algorithm
     assert iql.preset("MultiAgentClimbing-v0", n_step=1).n_step == 1
     config = vdn.Config()
-    assert config.multi_agent and config.mixer == "vdn" and config.agent_view == (True, False)
-    assert iql.Config().mixer == "none" and dqn.Config().agent_view is None
-    assert envs.config_num_agents(config) == A
+    assert config.multi_agent and isinstance(config.mixer, value_decomposition.Sum)
+    assert config.agent_view == (True, False) and iql.Config(mixer="vdn").mixer == config.mixer
+    assert isinstance(iql.Config().mixer, value_decomposition.Independent) and not hasattr(dqn.Config(), "agent_view")
+    assert envs.config_num_agents(config) == A and envs.config_num_agents(dqn.Config()) == 1
 
 
 # ----------------------------------------------------------------------------- learning

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxrl import sweep_axes
-from jaxrl.algorithms import ddpg, dqn, sac, td3
+from jaxrl.algorithms import ddpg, dqn, iql, sac, td3
 
 CLIP, EPS = 10.0, 1e-8
 
@@ -181,4 +181,4 @@ def test_sac_trains_with_both_features_under_vmap():
 
 def test_normalization_flags_refuse_what_they_cannot_do():
     with pytest.raises(ValueError, match="scale_rewards"):
-        dqn.Config(env_id="MultiAgentClimbing-v0", multi_agent=True, scale_rewards=True)
+        iql.Config(env_id="MultiAgentClimbing-v0", scale_rewards=True)

@@ -16,7 +16,7 @@ import pytest
 from flax import struct
 
 from jaxrl import data, envs, rollout
-from jaxrl.algorithms import a2c, dqn, impala, offpolicy, onpolicy, ppo, sac
+from jaxrl.algorithms import a2c, impala, offpolicy, onpolicy, ppo, r2d2, sac
 from jaxrl.buffers import replay
 
 
@@ -196,7 +196,7 @@ def test_replay_weights_padding_steps_zero_and_the_critic_ignores_them():
 
 def test_algorithms_that_cannot_leave_padding_out_refuse_it():
     with pytest.raises(ValueError, match="memory='lstm'.*not transitions"):
-        dqn.r2d2("PaddedCartPole-v0")
+        r2d2.preset("PaddedCartPole-v0")
     with pytest.raises(ValueError, match="memory='gru'.*not transitions"):
         ppo.Config(env_id="PaddedCartPole-v0", memory="gru")
     act = lambda params, obs, carry, key: (jnp.zeros(obs.shape[0], jnp.int32), carry)  # noqa: E731

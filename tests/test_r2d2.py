@@ -1,4 +1,4 @@
-"""R2D2 (DQN with ``memory``): the sequence learner against a NumPy reference (each
+"""R2D2 (:mod:`jaxrl.algorithms.r2d2`): the sequence learner against a NumPy reference (each
 window's episodes run separately with the Q-network applied one step at a time, the
 memory zeroed at every episode start; n-step double-Q rescaled targets, burn-in masking,
 the loss and the priorities written as loops), the actors' carry in replay, one compile
@@ -13,14 +13,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl import returns, sweep_axes
-from jaxrl.algorithms import dqn, get
+from jaxrl import returns, sweep_axes, value_heads
+from jaxrl.algorithms import dqn, get, r2d2
 from jaxrl.buffers import sumtree
+from jaxrl.buffers.prioritized import Prioritized
 from jaxrl.buffers.sequence import Windows
+from jaxrl.exploration import ApeXEpsilons, EpsilonGreedy
 
 L, BURN_IN, N_STEP, B = 8, 2, 3, 4
 
-CONFIG = dqn.Config(
+CONFIG = r2d2.Config(
     env_id="CartPole-v1",
     env_kwargs={"max_steps_in_episode": 12},  # truncations as well as terminations
     num_envs=3,
@@ -35,11 +37,10 @@ CONFIG = dqn.Config(
     memory_size=6,
     windows=Windows(L, BURN_IN, 3),
     n_step=N_STEP,
-    value_rescale=True,
-    loss="huber",
+    head=value_heads.Rescaled(loss="huber", eps=0.01),
+    exploration=EpsilonGreedy(),
+    prioritized=r2d2.PrioritizedWindows(alpha=0.6, beta_start=0.4, beta_end=1.0, eta=0.7),
     gamma=0.9,
-    rescale_eps=0.01,
-    priority_eta=0.7,
     num_evals=2,
     eval_episodes=2,
     num_reports=0,
@@ -58,7 +59,7 @@ def jit(fn):
 def _network_step(params, h, obs):
     """The Q-network on one observation ``[4]`` from memory ``h [H]``: one step of a
     sequence of one, used as a black box (the core's own equations have their test)."""
-    q, h = dqn.make_network(CONFIG).apply(params, obs[None, None], deterministic=True, carry=h[None])
+    q, h = r2d2.make_network(CONFIG).apply(params, obs[None, None], deterministic=True, carry=h[None])
     return h[0], q[0, 0]
 
 
@@ -90,7 +91,7 @@ def reference_loss(online, target, batch, config):
     at ``next_obs[t]`` from the memory after step ``t``; returns the TD errors ``[B,
     L]`` (NaN where not trained), the loss and the priorities ``[B]``."""
     online_step, target_step = numpy_q_network(online), numpy_q_network(target)
-    eps, gamma, n = config.rescale_eps, config.gamma, config.n_step
+    eps, gamma, n = config.head.eps, config.gamma, config.n_step
     done = batch["terminated"] | batch["truncated"]
     td = np.full((B, L), np.nan)
     for b in range(B):
@@ -119,13 +120,13 @@ def reference_loss(online, target, batch, config):
     trained = ~np.isnan(td)
     loss = np.mean(batch["weight"] * np.nanmean(huber(td), axis=1))
     abs_td = np.where(trained, np.abs(td), 0.0)
-    eta = config.priority_eta
+    eta = config.prioritized.eta
     priority = eta * abs_td.max(1) + (1 - eta) * abs_td.sum(1) / trained.sum(1)
     return td, loss, priority
 
 
 def hand_made_batch(key):
-    """A batch of windows as :func:`dqn.sample` returns it, with episode ends inside:
+    """A batch of windows as :func:`r2d2.sample` returns it, with episode ends inside:
     a termination in the trained steps, a truncation just before them (a reset at the
     first trained step) and one in the middle, and ends inside n-step spans."""
     keys = jax.random.split(key, 6)
@@ -152,7 +153,7 @@ def hand_made_batch(key):
 
 @pytest.fixture(scope="module")
 def init():
-    return jit(dqn.init)
+    return jit(r2d2.init)
 
 
 @pytest.fixture(scope="module")
@@ -166,16 +167,16 @@ def networks(init):
 def test_sequence_loss_and_priorities_match_a_step_by_step_numpy_reference(networks):
     online, target = networks
     batch = hand_made_batch(jax.random.key(1))
-    loss, (metrics, priority) = jit(dqn.loss_fn)(online, target, batch, jax.random.key(2), CONFIG)
+    loss, (metrics, priority) = jit(r2d2.loss_fn)(online, target, batch, jax.random.key(2), CONFIG)
     td, expected_loss, expected_priority = reference_loss(online, target, batch, CONFIG)
     np.testing.assert_allclose(float(loss), expected_loss, rtol=1e-4)
     np.testing.assert_allclose(np.asarray(priority), expected_priority, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(float(metrics["td_abs"]), np.nanmean(np.abs(td)), rtol=1e-4)
     # The same TD errors from the pieces: a per-step comparison, not only their sums.
-    q, next_online, next_target, train = jit(dqn.sequence_q_values)(online, target, batch, None, None, CONFIG)
+    q, next_online, next_target, train = jit(r2d2.sequence_q_values)(online, target, batch, None, None, CONFIG)
     q_taken = np.take_along_axis(np.asarray(q), np.asarray(train["action"])[..., None], -1)[..., 0]
     assert q_taken.shape == (L - BURN_IN, B)
-    trained = np.asarray(dqn.trained_steps(CONFIG))
+    trained = np.asarray(r2d2.trained_steps(CONFIG))
     np.testing.assert_array_equal(trained, np.arange(BURN_IN, L) <= L - N_STEP)
     # Double Q matters here: the online and target argmax differ at some next_obs.
     assert np.any(np.argmax(next_online, -1) != np.argmax(next_target, -1))
@@ -183,12 +184,12 @@ def test_sequence_loss_and_priorities_match_a_step_by_step_numpy_reference(netwo
 
 
 def test_without_double_q_or_rescaling_the_targets_are_plain_n_step_returns(networks):
-    """``double=False, value_rescale=False``: the target network's own max and plain
-    n-step sums, per trained step."""
+    """``double=False`` and the plain scalar head: the target network's own max and
+    plain n-step sums, per trained step."""
     online, target = networks
     batch = hand_made_batch(jax.random.key(3))
-    config = CONFIG.replace(value_rescale=False, double=False)
-    q, next_online, next_target, train = jit(dqn.sequence_q_values)(online, target, batch, None, None, config)
+    config = CONFIG.replace(head=value_heads.Scalar(), double=False)
+    q, next_online, next_target, train = jit(r2d2.sequence_q_values)(online, target, batch, None, None, config)
     np.testing.assert_array_equal(next_online, next_target)  # the target network picks its own action
     q_taken = jnp.take_along_axis(q, train["action"][..., None], -1)[..., 0]
     value = returns.double_q_n_step_targets(
@@ -226,7 +227,7 @@ def test_burn_in_steps_only_warm_the_memory(networks):
     batch["terminated"][:] = batch["truncated"][:] = False  # the burn-in memory reaches every window
 
     def loss_of_obs(obs):
-        return dqn.loss_fn(online, target, {**batch, "obs": obs}, jax.random.key(0), CONFIG)[0]
+        return r2d2.loss_fn(online, target, {**batch, "obs": obs}, jax.random.key(0), CONFIG)[0]
 
     grad = np.asarray(jax.jit(jax.grad(loss_of_obs))(jnp.asarray(batch["obs"])))
     assert np.all(grad[:, :BURN_IN] == 0.0) and np.abs(grad[:, BURN_IN:]).max() > 0.0
@@ -235,10 +236,19 @@ def test_burn_in_steps_only_warm_the_memory(networks):
     assert float(jax.jit(loss_of_obs)(moved)) != pytest.approx(float(jax.jit(loss_of_obs)(batch["obs"])))
 
 
-def test_feed_forward_value_rescaling_backs_up_unrescaled_values(init):
-    """``value_rescale`` without memory: one-step double-Q targets ``h(r + d h^-1(q'))``."""
-    config = dqn.Config(**{**CONFIG.__dict__, "memory": "none", "n_step": 1, "double": True})
-    online = init(jax.random.key(0), config).params["network"]
+def test_feed_forward_value_rescaling_backs_up_unrescaled_values():
+    """The rescaled head without memory (DQN's): one-step double-Q targets ``h(r + d h^-1(q'))``."""
+    shared = ("env_kwargs", "num_envs", "num_steps", "num_updates", "buffer_size", "learning_starts", "hidden_sizes")
+    config = dqn.Config(
+        **{name: getattr(CONFIG, name) for name in shared},
+        total_timesteps=CONFIG.total_timesteps,
+        batch_size=B,
+        head=CONFIG.head,
+        gamma=CONFIG.gamma,
+        n_step=1,
+        double=True,
+    )
+    online = jit(dqn.init)(jax.random.key(0), config).params["network"]
     target = jax.tree.map(lambda x: x + 0.5 * jax.random.normal(jax.random.key(9), x.shape), online)
     keys = jax.random.split(jax.random.key(11), 4)
     batch = {
@@ -256,7 +266,7 @@ def test_feed_forward_value_rescaling_backs_up_unrescaled_values(init):
     rows = np.arange(B)
     next_value = q(target, batch["next_obs"])[rows, q(online, batch["next_obs"]).argmax(1)]
     discount = config.gamma * (1.0 - np.asarray(batch["terminated"], np.float64))
-    expected = h(np.asarray(batch["reward"]) + discount * h_inverse(next_value, config.rescale_eps), config.rescale_eps)
+    expected = h(np.asarray(batch["reward"]) + discount * h_inverse(next_value, config.head.eps), config.head.eps)
     q_taken = q(online, batch["obs"])[rows, np.asarray(batch["action"])]
     np.testing.assert_allclose(np.asarray(td), expected - q_taken, rtol=1e-4, atol=1e-5)
 
@@ -272,7 +282,7 @@ def warm_state(init):
     state = state.replace(carry=state.carry + 0.25)  # a non-zero memory entering the first step
     first = state
     for i in range(2):
-        state, _ = jit(dqn.warmup_step)(state, jax.random.key(6 + i), config)
+        state, _ = jit(r2d2.warmup_step)(state, jax.random.key(6 + i), config)
     return config, first, state
 
 
@@ -290,21 +300,21 @@ def test_the_actors_carry_is_stored_with_each_step_and_reset_at_episode_ends(war
         h_t = np.where(done[t][:, None], 0.0, h_t)
     np.testing.assert_allclose(state.carry, h_t, rtol=1e-4, atol=1e-5)
     # A sampled window comes with the carry stored at its first step.
-    batch = jit(dqn.sample)(state, jax.random.key(8), config)
+    batch = jit(r2d2.sample)(state, jax.random.key(8), config)
     np.testing.assert_array_equal(batch["carry"], data["carry"][batch["index"].row, batch["index"].lane])
     assert batch["obs"].shape == (B, L, 4) and batch["weight"].shape == (B,)
 
 
-_act = jax.jit(dqn.act, static_argnames=("config", "deterministic"))
+_act = jax.jit(r2d2.act, static_argnames=("config", "deterministic"))
 
 
 def test_acting_is_greedy_in_the_recurrent_q_values_with_per_env_epsilons(warm_state):
     config, _, state = warm_state
-    apex = config.replace(epsilon_per_env=True)
+    apex = config.replace(exploration=ApeXEpsilons())
     obs = jnp.ones((3, 4))
-    carry = dqn.initial_carry(apex, 3) + 0.1
+    carry = r2d2.initial_carry(apex, 3) + 0.1
     greedy, next_carry = _act(state.params, obs, carry, jax.random.key(0), apex, True)
-    q, expected_carry = dqn.recurrent_q_values(state.params, obs, carry, apex)
+    q, expected_carry = r2d2.q_values(state.params, obs, carry, apex)
     np.testing.assert_array_equal(greedy, np.argmax(q, -1))
     np.testing.assert_allclose(next_carry, expected_carry, rtol=1e-6)
     epsilon = dqn.epsilon(jnp.asarray(0), apex)
@@ -318,12 +328,13 @@ def test_acting_is_greedy_in_the_recurrent_q_values_with_per_env_epsilons(warm_s
 
 def test_an_update_writes_the_sequence_priorities(warm_state):
     config, _, state = warm_state
-    batch = jit(dqn.sample)(state, jax.random.key(9), config)
-    new_state, metrics = jit(dqn.update)(state, batch, jax.random.key(10), config)
-    _, (_, priority) = jit(dqn.loss_fn)(state.params["network"], state.target_params, batch, jax.random.key(10), config)
+    batch = jit(r2d2.sample)(state, jax.random.key(9), config)
+    new_state, metrics = jit(r2d2.update)(state, batch, jax.random.key(10), config)
+    network, target = state.params["network"], state.target_params
+    _, (_, priority) = jit(r2d2.loss_fn)(network, target, batch, jax.random.key(10), config)
     slots = np.asarray(batch["index"].row) // config.windows.period * config.num_envs + np.asarray(batch["index"].lane)
     leaves = np.asarray(sumtree.leaves(new_state.buffer.tree))
-    expected = (np.abs(np.asarray(priority)) + config.per_eps) ** config.per_alpha
+    expected = (np.abs(np.asarray(priority)) + config.prioritized.eps) ** config.prioritized.alpha
     np.testing.assert_allclose(leaves[slots], expected, rtol=1e-5)
     assert np.isfinite(float(metrics["loss"]))
 
@@ -334,24 +345,27 @@ def test_an_update_writes_the_sequence_priorities(warm_state):
 def test_seeds_and_a_traced_setting_compile_once_and_match_single_runs():
     configs = CONFIG.replace(learning_rate=jnp.array([1e-3, 3e-3]))
     keys = jax.random.split(jax.random.key(0), 2)
-    train = jax.jit(jax.vmap(dqn.train, in_axes=(0, sweep_axes(configs))))
+    train = jax.jit(jax.vmap(r2d2.train, in_axes=(0, sweep_axes(configs))))
     lanes = train(keys, configs)
     train(keys, configs.replace(learning_rate=jnp.array([2e-3, 5e-4])))
     assert train._cache_size() == 1
     assert lanes.state.carry.shape == (2, CONFIG.num_envs, CONFIG.memory_size)
     assert np.all(np.isfinite(np.asarray(lanes.metrics["loss"])[:, CONFIG.warmup_iterations :]))
-    single = jax.jit(dqn.train)(keys[1], CONFIG.replace(learning_rate=3e-3))
+    single = jax.jit(r2d2.train)(keys[1], CONFIG.replace(learning_rate=3e-3))
     for ours, theirs in zip(jax.tree.leaves(lanes.state.params), jax.tree.leaves(single.state.params)):
         np.testing.assert_allclose(ours[1], theirs, rtol=1e-4, atol=1e-5)
 
 
 def test_r2d2_preset_and_registry():
-    assert get("dqn") is dqn.algorithm
-    config = dqn.r2d2("CartPole-v1", n_step=2)
-    assert config.memory == "lstm" and config.value_rescale and config.double and config.epsilon_per_env
-    assert config.n_step == 2 and config.prioritized
-    assert dqn.initial_carry(config, 5)[0].shape == (5, config.memory_size)
+    assert get("r2d2") is r2d2.algorithm and "r2d2" not in dqn.algorithm.variants
+    config = r2d2.preset("CartPole-v1", n_step=2)
+    assert config.memory == "lstm" and isinstance(config.head, value_heads.Rescaled) and config.double
+    assert isinstance(config.exploration, ApeXEpsilons)
+    assert config.n_step == 2 and isinstance(config.prioritized, r2d2.PrioritizedWindows)
+    assert r2d2.initial_carry(config, 5)[0].shape == (5, config.memory_size)
     assert dqn.initial_carry(dqn.Config(), 5) == ()
+    with pytest.warns(DeprecationWarning, match="r2d2.preset"):
+        assert dqn.r2d2("CartPole-v1", n_step=2) == config  # for one release
 
 
 @pytest.mark.parametrize(
@@ -362,22 +376,24 @@ def test_r2d2_preset_and_registry():
         (dict(windows=(L, -1, 3)), "burn_in must be an integer >= 0"),
         (dict(windows=(L, 6, 3)), r"windows.burn_in \(6\) \+ 2 bootstrap steps must be < windows.length \(8\)"),
         (dict(windows=(L, BURN_IN, 5)), r"windows.period \(5\) must be <= the steps a window trains \(4\)"),
-        (dict(distributional=True, value_rescale=False), "does not support distributional"),
+        (dict(head=value_heads.Categorical()), "does not support distributional"),
         (dict(buffer_size=21, num_steps=4), r"buffer_size \(21\) must hold windows.length"),
         (dict(learning_starts=0), r"learning_starts \(0\) must cover windows.length"),
-        (dict(memory="none", distributional=True), "value_rescale does not apply to distributional"),
+        (dict(memory="none"), "memory must be one of"),
+        (dict(prioritized=Prioritized()), "prioritized must be one of"),
     ],
 )
 def test_bad_memory_settings_are_clear_errors(overrides, message):
     with pytest.raises(ValueError, match=message):  # windows: Windows' arguments, built inside
         overrides = {k: Windows(*v) if k == "windows" else v for k, v in overrides.items()}
-        dqn.Config(**{**CONFIG.__dict__, **overrides})
+        r2d2.Config(**{**CONFIG.__dict__, **overrides})
 
 
 def test_bad_traced_memory_settings_are_clear_errors():
-    for field, value in (("priority_eta", 1.5), ("rescale_eps", -1.0)):
+    bad = {"eta": dict(prioritized=r2d2.PrioritizedWindows(eta=1.5)), "eps": dict(head=value_heads.Rescaled(eps=-1.0))}
+    for field, overrides in bad.items():
         with pytest.raises(ValueError, match=field):
-            dqn.init(jax.random.key(0), CONFIG.replace(**{field: value}))
+            r2d2.init(jax.random.key(0), CONFIG.replace(**overrides))
 
 
 # ----------------------------------------------------------------------------- learning
@@ -392,7 +408,7 @@ def test_r2d2_learns_memory_chain():
     burn-in) for 50k env steps, the learning rate annealed to 0 (a constant one lets a
     solved seed drift off late in the run): final greedy evaluation return (mean of 20
     episodes) >= 0.9 in at least 3 of 4 vmapped seeds."""
-    config = dqn.r2d2(
+    config = r2d2.preset(
         "MemoryChain-bsuite",
         env_kwargs={"memory_length": 16},
         total_timesteps=50_000,
@@ -408,7 +424,7 @@ def test_r2d2_learns_memory_chain():
         num_reports=0,
     )
     keys = jax.random.split(jax.random.key(0), 4)
-    out = jax.jit(jax.vmap(dqn.train, in_axes=(0, None)))(keys, config)
+    out = jax.jit(jax.vmap(r2d2.train, in_axes=(0, None)))(keys, config)
     evals = np.asarray(out.metrics["eval_return"])
     final = evals[:, ~np.isnan(evals[0])][:, -1]
     assert (final >= 0.9).sum() >= 3, final
@@ -423,11 +439,11 @@ def test_an_r2d2_run_resumes_bit_for_bit(tmp_path):
 
     config = CONFIG.replace(prioritized=True)
     kwargs = dict(seeds=2, chunk_iterations=1, checkpoint_every=1)
-    straight = runner.run("dqn", config, logdir=str(tmp_path / "straight"), **kwargs)
+    straight = runner.run("r2d2", config, logdir=str(tmp_path / "straight"), **kwargs)
     shutil.copytree(tmp_path / "straight", tmp_path / "resumed")
     for step in (3, 4):
         shutil.rmtree(tmp_path / "resumed" / "checkpoints" / str(step))
-    resumed = runner.run("dqn", config, logdir=str(tmp_path / "resumed"), resume=True, **kwargs)
+    resumed = runner.run("r2d2", config, logdir=str(tmp_path / "resumed"), resume=True, **kwargs)
     assert straight.state.carry.shape == (2, config.num_envs, config.memory_size)
     for ours, theirs in zip(jax.tree.leaves(resumed.state), jax.tree.leaves(straight.state)):
         if not jax.dtypes.issubdtype(ours.dtype, jax.dtypes.prng_key):

@@ -13,6 +13,7 @@ from gymnax.environments import spaces
 
 from jaxrl import envs, networks
 from jaxrl.algorithms import dqn, es, ppo
+from jaxrl.exploration import EpsilonGreedy
 
 ENV_ID = "jaxrl_test/MaskedCue-v0"
 
@@ -138,7 +139,7 @@ def dqn_metrics():
         batch_size=64,
         buffer_size=4_000,
         learning_starts=256,
-        exploration_fraction=0.5,
+        exploration=EpsilonGreedy(fraction=0.5),
         gamma=0.5,
         num_evals=3,
         eval_episodes=16,

@@ -29,6 +29,7 @@ BUILT_IN = {
         "reinforce",
         "impala",
         "dqn",
+        "r2d2",
         "ddpg",
         "td3",
         "sac",
