@@ -375,3 +375,10 @@ def test_no_evaluation_branch_without_evaluations():
         config = a2c.Config(total_timesteps=2048, num_evals=num_evals, num_reports=0)
         loops[num_evals] = str(jax.make_jaxpr(lambda key: a2c.train(key, config))(jax.random.key(0))).count("while[")
     assert loops[0] == 0 and loops[1] > 0
+
+
+def test_moved_helpers_warn_and_name_their_new_place():
+    trajectory = random_trajectory(5)[0]
+    with pytest.warns(DeprecationWarning, match="reinforce.first_episode_mask"):
+        mask = a2c.first_episode_mask(trajectory)
+    np.testing.assert_array_equal(mask, reinforce.first_episode_mask(trajectory))
