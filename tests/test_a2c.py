@@ -1,4 +1,5 @@
-"""A2C, REINFORCE and IMPALA (one implementation, ``jaxrl/algorithms/a2c.py``).
+"""A2C, REINFORCE and IMPALA (one policy-gradient learner, ``jaxrl/algorithms/policy_gradient.py``,
+with each algorithm's targets).
 
 Targets are checked against plain NumPy loops on random trajectories with terminations
 and truncations; the policy-lag queue, the contract (jit, vmap over seeds and
@@ -107,7 +108,7 @@ def test_monte_carlo_targets_use_each_envs_first_episode(seed, baseline):
     config = reinforce.Config(
         env_id="CartPole-v1", env_kwargs=CARTPOLE_200, baseline=baseline, normalize_advantages=False, gamma=0.9
     )
-    advantage, target, mask = a2c.targets(value, value_next, log_prob, trajectory, config)
+    advantage, target, mask = reinforce.targets(value, value_next, log_prob, trajectory, config)
     r, v, vn = as_np(trajectory.reward, value, value_next)
     bootstrap = vn if baseline else np.zeros_like(vn)
     G, expected_mask = oracle_returns_to_first_end(
@@ -123,7 +124,7 @@ def test_monte_carlo_targets_use_each_envs_first_episode(seed, baseline):
 def test_normalized_advantages_use_only_masked_steps():
     trajectory, value, value_next, log_prob = random_trajectory(3)
     config = reinforce.Config(env_id="CartPole-v1", env_kwargs=CARTPOLE_200, normalize_advantages=True)
-    advantage, _, mask = a2c.targets(value, value_next, log_prob, trajectory, config)
+    advantage, _, mask = reinforce.targets(value, value_next, log_prob, trajectory, config)
     kept = np.asarray(advantage)[np.asarray(mask)]
     np.testing.assert_allclose([kept.mean(), kept.std()], [0.0, 1.0], atol=1e-4)
 
@@ -134,7 +135,7 @@ def test_vtrace_with_lag_zero_and_no_clipping_reduces_to_n_step_returns(seed):
     trajectory, value, value_next, _ = random_trajectory(seed)
     log_prob = trajectory.extras["log_prob"]  # the learner is the behaviour policy
     config = impala.Config(policy_lag=0, rho_bar=jnp.inf, c_bar=jnp.inf, gae_lambda=1.0, gamma=0.95)
-    advantage, target, mask = a2c.targets(value, value_next, log_prob, trajectory, config)
+    advantage, target, mask = impala.targets(value, value_next, log_prob, trajectory, config)
     r, v, vn = as_np(trajectory.reward, value, value_next)
     G = oracle_nstep_to_sequence_end(r, vn, np.asarray(trajectory.terminated), np.asarray(trajectory.truncated), 0.95)
     assert np.all(np.asarray(mask))
@@ -154,12 +155,12 @@ def test_vtrace_clips_off_policy_importance_weights():
     trajectory, value, value_next, _ = random_trajectory(4)
     log_prob = trajectory.extras["log_prob"] + 2.0  # pi/mu = e^2 > rho_bar everywhere
     clipped = impala.Config(rho_bar=1.0, c_bar=1.0, gae_lambda=1.0)
-    advantage, target, _ = a2c.targets(value, value_next, log_prob, trajectory, clipped)
-    on_policy = a2c.targets(value, value_next, trajectory.extras["log_prob"], trajectory, clipped)
+    advantage, target, _ = impala.targets(value, value_next, log_prob, trajectory, clipped)
+    on_policy = impala.targets(value, value_next, trajectory.extras["log_prob"], trajectory, clipped)
     # Every weight is clipped to 1: identical to the on-policy targets.
     np.testing.assert_allclose(np.asarray(target), np.asarray(on_policy[1]), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(advantage), np.asarray(on_policy[0]), rtol=1e-5, atol=1e-5)
-    unclipped = a2c.targets(value, value_next, log_prob, trajectory, clipped.replace(rho_bar=jnp.inf, c_bar=jnp.inf))
+    unclipped = impala.targets(value, value_next, log_prob, trajectory, clipped.replace(rho_bar=jnp.inf, c_bar=jnp.inf))
     assert not np.allclose(np.asarray(unclipped[1]), np.asarray(target))
 
 
@@ -178,7 +179,7 @@ def small_run(train_small):
 
 def test_registry():
     for name, module in (("a2c", a2c), ("reinforce", reinforce), ("impala", impala)):
-        assert get(name) is module
+        assert get(name) is module.algorithm
 
 
 def test_metrics_and_determinism(train_small, small_run):
@@ -291,21 +292,32 @@ def test_monte_carlo_reports_first_episodes_and_continuous_actions_work():
 
 
 @pytest.mark.parametrize(
-    "kwargs, field",
+    "module, kwargs, field",
     [
-        (dict(advantage="td"), "advantage"),
-        (dict(baseline=False), "baseline"),
-        (dict(policy_lag=-1), "policy_lag"),
-        (dict(optimizer="sgd"), "optimizer"),
-        (dict(num_envs=0), "num_envs"),
-        (dict(advantage="monte_carlo", num_steps=100), "num_steps"),
-        (dict(num_steps=None), "num_steps"),
-        (dict(env_id="CartPol-v1"), "CartPole-v1"),
+        (reinforce, dict(baseline="yes"), "baseline"),
+        (impala, dict(policy_lag=-1), "policy_lag"),
+        (a2c, dict(optimizer="sgd"), "optimizer"),
+        (a2c, dict(num_envs=0), "num_envs"),
+        (reinforce, dict(num_steps=100), "num_steps"),
+        (a2c, dict(num_steps=None), "num_steps"),
+        (a2c, dict(env_id="CartPol-v1"), "CartPole-v1"),
     ],
 )
-def test_bad_config_names_the_field(kwargs, field):
+def test_bad_config_names_the_field(module, kwargs, field):
     with pytest.raises(ValueError, match=field):
-        a2c.Config(**kwargs)
+        module.Config(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "module, field",
+    [(a2c, "advantage"), (a2c, "baseline"), (a2c, "policy_lag"), (a2c, "rho_bar"), (reinforce, "gae_lambda"),
+     (reinforce, "rho_bar"), (impala, "baseline"), (reinforce, "optimizer"), (impala, "optimizer")],
+)  # fmt: skip
+def test_each_config_holds_only_its_algorithms_fields(module, field):
+    """The estimators are modules, not an ``advantage`` flag: A2C's Config has no
+    Monte-Carlo or V-trace field, REINFORCE's none of GAE's or V-trace's, and so on."""
+    with pytest.raises(TypeError, match=field):
+        module.Config(**{field: 1})
 
 
 @pytest.mark.parametrize("field, value", [("rho_bar", 0.0), ("gae_lambda", 1.5), ("learning_rate", -1.0)])
@@ -363,3 +375,10 @@ def test_no_evaluation_branch_without_evaluations():
         config = a2c.Config(total_timesteps=2048, num_evals=num_evals, num_reports=0)
         loops[num_evals] = str(jax.make_jaxpr(lambda key: a2c.train(key, config))(jax.random.key(0))).count("while[")
     assert loops[0] == 0 and loops[1] > 0
+
+
+def test_moved_helpers_warn_and_name_their_new_place():
+    trajectory = random_trajectory(5)[0]
+    with pytest.warns(DeprecationWarning, match="reinforce.first_episode_mask"):
+        mask = a2c.first_episode_mask(trajectory)
+    np.testing.assert_array_equal(mask, reinforce.first_episode_mask(trajectory))

@@ -49,7 +49,7 @@ def test_help_lists_every_config_field_with_its_default(name, capsys):
         (("train", "sac", "--env", "CartPole-v1"), "set discrete=True"),
         (("train", "sac", "--set", "target_entropy=abc"), "cannot parse target_entropy='abc' as a number or 'none'"),
         (("train", "reinforce", "--set", "num_steps=100"), "num_steps (100) must be at least the env's time limit"),
-        (("train", "impala", "--set", "baseline=false"), "baseline=False needs advantage='monte_carlo'"),
+        (("train", "impala", "--set", "baseline=false"), "unknown config field 'baseline' for impala"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_status_2(args, message, capsys):

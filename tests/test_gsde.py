@@ -16,12 +16,15 @@ from jaxrl.buffers.sequence import Windows
 from jaxrl.config import replace_paths, sweep_axes
 from jaxrl.exploration import GSDE
 
-SMALL = dict(hidden_sizes=(8,), num_reports=0, use_sde=True)
+SMALL = dict(hidden_sizes=(8,), num_reports=0, sde=GSDE())
 PPO = ppo.Config(env_id="Pendulum-v1", **SMALL)
-SAC = sac.Config(env_id="Pendulum-v1", hidden_sizes=(8,), num_reports=0, sde=GSDE())
-# Each algorithm's gSDE settings by their paths (SAC's are the fields of its ``sde`` part).
-SAMPLE_FREQ = {"ppo": "sde_sample_freq", "sac": "sde.sample_freq"}
-LOG_STD_INIT = {"ppo": "sde_log_std_init", "sac": "sde.log_std_init"}
+SAC = sac.Config(env_id="Pendulum-v1", **SMALL)
+
+
+def with_sde(config, **settings):
+    """``config`` with gSDE's ``settings`` (``sample_freq``, ``log_std_init``): the
+    fields of its ``sde`` part."""
+    return replace_paths(config, {f"sde.{name}": value for name, value in settings.items()})
 
 
 def perturbed(params, key, scale=0.5):
@@ -35,7 +38,7 @@ def perturbed(params, key, scale=0.5):
 @pytest.fixture(scope="module")
 def initial_params():
     """Each algorithm's parameters at initialisation (of :data:`PPO` and :data:`SAC`),
-    shared by the acting tests: their shapes do not depend on ``sde_sample_freq``."""
+    shared by the acting tests: their shapes do not depend on ``sde.sample_freq``."""
     return {"ppo": ppo.init(jax.random.key(0), PPO).params, "sac": sac.init(jax.random.key(0), SAC).params}
 
 
@@ -142,11 +145,11 @@ def test_act_adds_the_features_times_the_carried_matrix(name, initial_params):
 
 @pytest.mark.parametrize("name", ["ppo", "sac"])
 def test_the_matrix_is_kept_between_draws_and_redrawn_every_sample_freq_steps(name, initial_params):
-    """Driving ``act`` by hand with ``sde_sample_freq=3``: a matrix serves steps 0-2, a
+    """Driving ``act`` by hand with ``sde.sample_freq=3``: a matrix serves steps 0-2, a
     fresh one 3-5, and so on; an env whose episode ends (its carry reset, as the rollout
     does) draws a fresh one at its next step while the other keeps its own."""
     algo = ppo if name == "ppo" else sac
-    config = replace_paths(PPO if name == "ppo" else SAC, {SAMPLE_FREQ[name]: 3})
+    config = with_sde(PPO if name == "ppo" else SAC, sample_freq=3)
     params = initial_params[name]
     obs = jax.random.normal(jax.random.key(1), (2, 3))
     act = jax.jit(lambda carry, key: algo.act(params, obs, carry, key, config))
@@ -168,10 +171,10 @@ def test_the_matrix_is_kept_between_draws_and_redrawn_every_sample_freq_steps(na
 @pytest.mark.parametrize("sample_freq", [0, 5])
 def test_rollouts_draw_a_matrix_at_each_episode_start_and_every_sample_freq_steps(name, sample_freq):
     """Through the training rollout on 7-step episodes: the matrix an env acts with
-    changes exactly at its episodes' first steps and (``sde_sample_freq=5``) at their
+    changes exactly at its episodes' first steps and (``sde.sample_freq=5``) at their
     fifth steps after that; with 0, one matrix serves each whole episode."""
-    config = replace_paths(
-        PPO if name == "ppo" else SAC, {"env_kwargs": {"max_steps_in_episode": 7}, SAMPLE_FREQ[name]: sample_freq}
+    config = with_sde(
+        (PPO if name == "ppo" else SAC).replace(env_kwargs={"max_steps_in_episode": 7}), sample_freq=sample_freq
     )
     algo = ppo if name == "ppo" else sac
     env, env_params = onpolicy.make_env(config) if name == "ppo" else offpolicy.make_env(config)
@@ -212,13 +215,11 @@ TRAIN = {
 @pytest.mark.parametrize("name", ["ppo", "sac"])
 def test_training_vmaps_over_seeds_and_the_initial_log_std_in_one_compile(name):
     algo = ppo if name == "ppo" else sac
-    configs = replace_paths(
-        TRAIN[name], {LOG_STD_INIT[name]: jnp.array([-3.0, -1.0]), "learning_rate": jnp.array([1e-3, 3e-4])}
-    )
+    configs = with_sde(TRAIN[name], log_std_init=jnp.array([-3.0, -1.0])).replace(learning_rate=jnp.array([1e-3, 3e-4]))
     keys = jax.random.split(jax.random.key(0), 2)
     sweep = jax.jit(jax.vmap(algo.train, in_axes=(0, sweep_axes(configs))))
     out = sweep(keys, configs)
-    sweep(keys, replace_paths(configs, {LOG_STD_INIT[name]: jnp.array([-2.0, -2.5])}))  # new values, the same program
+    sweep(keys, with_sde(configs, log_std_init=jnp.array([-2.0, -2.5])))  # new values, the same program
     assert sweep._cache_size() == 1
     params = out.state.params["network" if name == "ppo" else "actor"]["params"]
     log_std = np.asarray(params[networks.SDE_LOG_STD])  # [2, F, A], moved a little from where each started
@@ -251,24 +252,18 @@ def test_gsde_trains_beside_a_memory_and_in_a2c(algo, config):
 
 
 def test_bad_gsde_settings_are_clear_errors():
-    with pytest.raises(ValueError, match="use_sde=True needs a continuous"):
-        ppo.Config(env_id="CartPole-v1", use_sde=True)
+    with pytest.raises(ValueError, match="sde \\(gSDE\\) needs a continuous"):
+        ppo.Config(env_id="CartPole-v1", sde=GSDE())
     with pytest.raises(ValueError, match="sde \\(gSDE\\) needs continuous actions"):
         sac.Config(env_id="CartPole-v1", discrete=True, sde=GSDE())
     with pytest.raises(ValueError, match="sample_freq must be an integer >= 0"):
-        sac.Config(env_id="Pendulum-v1", sde=GSDE(sample_freq=-1))
-    with pytest.raises(ValueError, match="sde must be a jaxrl.exploration.GSDE or None"):
-        sac.Config(env_id="Pendulum-v1", sde="gsde")
-    with pytest.raises(ValueError, match="log_std_init"):
-        sac.init(jax.random.key(0), sac.Config(env_id="Pendulum-v1", sde=GSDE(log_std_init=math.nan)))
-    for algo in (ppo,):
-        with pytest.raises(ValueError, match="sde_sample_freq must be an integer >= 0"):
-            algo.Config(env_id="Pendulum-v1", use_sde=True, sde_sample_freq=-1)
-        with pytest.raises(ValueError, match="sde_sample_freq=4 applies with use_sde=True"):
-            algo.Config(env_id="Pendulum-v1", sde_sample_freq=4)
-        with pytest.raises(ValueError, match="sde_log_std_init"):
-            algo.init(jax.random.key(0), algo.Config(env_id="Pendulum-v1", use_sde=True, sde_log_std_init=math.nan))
-    with pytest.raises(ValueError, match="sde_log_std_init"):
-        ppo.preset("Pendulum-v1", use_sde=True)  # its log_std_init belongs to the state-independent Gaussian
-    with pytest.raises(ValueError, match="multi_agent"):
-        ippo.Config(use_sde=True)
+        GSDE(sample_freq=-1)
+    for algo, config in ((ppo, PPO), (sac, SAC)):
+        with pytest.raises(ValueError, match="log_std_init"):
+            algo.init(jax.random.key(0), with_sde(config, log_std_init=math.nan))
+        with pytest.raises(ValueError, match="sde must be a jaxrl.exploration.GSDE"):
+            algo.Config(env_id="Pendulum-v1", sde="gsde")
+    with pytest.raises(ValueError, match="sde.log_std_init"):
+        ppo.preset("Pendulum-v1", sde=GSDE())  # its log_std_init belongs to the state-independent Gaussian
+    with pytest.raises(TypeError, match="sde"):  # a multi-agent Config has no gSDE
+        ippo.Config(sde=GSDE())

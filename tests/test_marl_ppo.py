@@ -7,9 +7,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import struct
 
 from jaxrl import envs, evaluation, rollout, sweep_axes
-from jaxrl.algorithms import get, ippo, mappo, onpolicy, ppo
+from jaxrl.algorithms import a2c, get, ippo, mappo, onpolicy, ppo
 from jaxrl.envs import multiagent as ma
 from jaxrl.workflow import cli, runner
 
@@ -143,19 +144,28 @@ def test_the_view_refuses_single_agent_envs_and_single_agent_code_refuses_multi_
             get(name).Config(env_id="MultiAgentClimbing-v0")
 
 
+@struct.dataclass
+class MultiAgentA2C(onpolicy.CentralisedCritic, a2c.Config):
+    """A2C on a multi-agent env's agents with a centralised critic: the mixin MAPPO's
+    Config is built from, on A2C's Config."""
+
+
 @pytest.mark.parametrize(
-    "overrides, message",
+    "config, overrides, error, message",
     [
-        (dict(multi_agent=False, share_parameters=False), "share_parameters=False applies to multi-agent"),
-        (dict(multi_agent=False, centralised_critic=True), "centralised_critic=True applies to multi-agent"),
-        (dict(memory="gru", shared_memory=True, centralised_critic=True), "set shared_memory=False"),
-        (dict(scale_rewards=True), "scale_rewards"),
-        (dict(multi_agent="yes"), "multi_agent"),
+        (ppo.Config, dict(share_parameters=False), TypeError, "share_parameters"),  # one agent: not PPO's
+        (ppo.Config, dict(centralised_critic=True), TypeError, "centralised_critic"),
+        (ippo.Config, dict(centralised_critic=True), TypeError, "centralised_critic"),  # MAPPO's, not IPPO's
+        (mappo.Config, dict(memory="gru", shared_memory=True), ValueError, "set shared_memory=False"),
+        (ippo.Config, dict(scale_rewards=True), TypeError, "scale_rewards"),
+        (MultiAgentA2C, dict(scale_rewards=True), ValueError, "scale_rewards"),
+        (ippo.Config, dict(share_parameters="yes"), ValueError, "share_parameters"),
+        (ippo.Config, dict(multi_agent=False), TypeError, "multi_agent"),
     ],
 )
-def test_bad_multi_agent_settings_are_clear_errors(overrides, message):
-    with pytest.raises(ValueError, match=message):
-        ippo.Config(**overrides)
+def test_bad_multi_agent_settings_are_clear_errors(config, overrides, error, message):
+    with pytest.raises(error, match=message):
+        config(**overrides)
 
 
 # ----------------------------------------------------------------------------- what the networks read
@@ -254,9 +264,10 @@ def test_mappo_with_memory_on_smax_respects_masks_and_leaves_out_units_that_left
     assert not np.isclose(update(state, changed, jax.random.key(2), config)[1]["value_loss"], metrics["value_loss"])
 
 
-def test_the_other_on_policy_algorithms_take_the_same_flags():
-    """A2C (and so REINFORCE and IMPALA) trains a multi-agent env with the same flags."""
-    config = get("a2c").Config(multi_agent=True, centralised_critic=True, env_id="MultiAgentClimbing-v0", **SMALL_A2C)
+def test_the_other_on_policy_algorithms_take_the_same_mixin():
+    """A2C (and so REINFORCE and IMPALA) trains a multi-agent env with the mixin MAPPO's
+    Config is built from."""
+    config = MultiAgentA2C(env_id="MultiAgentClimbing-v0", **SMALL_A2C)
     out = jax.jit(get("a2c").train)(jax.random.key(0), config)
     assert np.isfinite(out.metrics["policy_loss"]).all() and np.isfinite(out.metrics["eval_return"][-1])
 

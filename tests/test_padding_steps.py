@@ -148,7 +148,7 @@ def test_padding_steps_do_not_reach_the_onpolicy_losses(module):
             fn = lambda p: ppo.loss_fn(p, state.params["obs_stats"], batch, config)[0]  # noqa: E731
         else:
             value_next = onpolicy.bootstrap_value(state.params, trajectory, config)
-            fn = lambda p: a2c.loss_fn(p, state.params["obs_stats"], trajectory, value_next, config)[0]  # noqa: E731
+            fn = lambda p: module.loss_fn(p, state.params["obs_stats"], trajectory, value_next, config)[0]  # noqa: E731
         return jax.value_and_grad(fn)(state.params["network"])
 
     reference = loss_and_grad(trajectory)

@@ -119,6 +119,15 @@ def test_act_and_evaluate_from_params_alone(small_run):
     assert result.returns.shape == (SMALL.eval_episodes,)
 
 
+def test_policy_and_value_moved_to_onpolicy(small_run):
+    obs = jnp.zeros((3, 4))
+    with pytest.warns(DeprecationWarning, match="onpolicy.policy_and_value"):
+        distribution, value, _ = ppo.policy_and_value(small_run.state.params, obs, SMALL)
+    expected = onpolicy.policy_and_value(small_run.state.params, obs, SMALL)
+    np.testing.assert_array_equal(distribution.logits, expected[0].logits)
+    np.testing.assert_array_equal(value, expected[1])
+
+
 def test_update_is_usable_on_its_own():
     """``step`` is collect + update: calling the pieces by hand gives the same state."""
     config = SMALL

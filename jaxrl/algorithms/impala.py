@@ -1,38 +1,123 @@
 """IMPALA (Espeholt et al., 2018, arXiv:1802.01561): actor-critic with V-trace off-policy
 correction for actors that act with stale params.
 
-It is :mod:`jaxrl.algorithms.a2c` with ``advantage="vtrace"``, not a copy. The actors
-run in lock-step with the learner here, so ``policy_lag`` makes them act with the
-params of that many updates ago, which is the staleness V-trace corrects (``rho_bar``,
-``c_bar`` truncate the importance weights)::
+The actors run in lock-step with the learner here, so ``policy_lag = k`` makes them act
+with the params of ``k`` updates ago, kept in the state (``lagged_params``, oldest
+first): the staleness that V-trace corrects. Its targets and policy-gradient advantages
+truncate the importance weights at ``rho_bar`` / ``c_bar``, ``gae_lambda`` is V-trace's
+trace-cutting lambda; the loss and the one gradient step per rollout are
+:class:`jaxrl.algorithms.policy_gradient.PolicyGradient`'s. With ``policy_lag=0``,
+infinite ``rho_bar`` / ``c_bar`` and ``gae_lambda=1`` the targets are A2C's at lambda 1. ::
 
     config = impala.Config(env_id="CartPole-v1", policy_lag=4)
     out = jax.jit(impala.train)(jax.random.key(0), config)
+    out.metrics["approx_kl"]  # how far the learner is from the policy that acted
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import jax
+import jax.numpy as jnp
 from flax import struct
 
-from jaxrl.algorithms import a2c
-from jaxrl.config import static
+from jaxrl import returns
+from jaxrl.algorithms import onpolicy
+from jaxrl.algorithms.onpolicy import State
+from jaxrl.algorithms.policy_gradient import PolicyGradient, normalized, step_mask
+from jaxrl.config import require_int, require_range, static
+from jaxrl.types import Trajectory
 
 
 @struct.dataclass
-class Config(a2c.Config):
-    """A2C's Config with IMPALA's defaults (see :class:`jaxrl.algorithms.a2c.Config`)."""
+class Config(onpolicy.SingleAgent, onpolicy.Config):
+    """IMPALA settings: :class:`jaxrl.algorithms.onpolicy.Config`'s with A2C's defaults,
+    :class:`jaxrl.algorithms.onpolicy.SingleAgent`'s (reward scaling, gSDE), the policy
+    lag, V-trace's truncation and lambda, and advantage normalisation. Static fields fix
+    the program; the rest can be traced and vmapped."""
 
-    advantage: str = static("vtrace")
-    policy_lag: int = static(1)
+    num_envs: int = static(16)
+    num_steps: Any = static(8)
+    total_timesteps: int = static(200_000)
+    normalize_advantages: bool = static(False)
+    policy_lag: int = static(1)  # actors act with the params of this many updates ago
+    learning_rate: float = 1e-3
+    gae_lambda: float = 0.95  # V-trace's lambda (traced)
+    rho_bar: float = 1.0  # truncation of the importance weights (traced)
+    c_bar: float = 1.0  # truncation of the trace coefficients (traced)
+
+    def __post_init__(self):
+        super().__post_init__()
+        require_int(self, "policy_lag", 0)
+
+    def check_traced(self) -> None:
+        super().check_traced()
+        require_range(self, "gae_lambda", 0.0, 1.0)
+        for field in ("rho_bar", "c_bar"):  # jnp.inf switches truncation off
+            require_range(self, field, 0.0, float("inf"), low_open=True)
 
 
 PRESETS = {}
 
 
-algorithm = a2c.algorithm.variant(
+def init(key: jax.Array, config: Config) -> State:
+    """Network, optimiser, ``num_envs`` reset envs and ``policy_lag`` copies of the
+    initial params for the actors."""
+    state = _learner.init(key, config)
+    if not config.policy_lag:
+        return state
+    return state.replace(lagged_params=jax.tree.map(lambda x: jnp.stack([x] * config.policy_lag), state.params))
+
+
+def targets(value: jax.Array, value_next: jax.Array, log_prob: jax.Array, trajectory: Trajectory, config: Config):
+    """V-trace targets and policy-gradient advantages (normalised with
+    ``normalize_advantages``) and the mask of steps to learn from, all ``[T, N]``; the
+    importance weights are the learner's ``log_prob`` over the behaviour policy's
+    (``trajectory.extras["log_prob"]``)."""
+    mask = step_mask(trajectory)
+    log_rho = log_prob - trajectory.extras["log_prob"]
+    out = returns.vtrace(
+        value,
+        value_next,
+        trajectory.reward,
+        trajectory.terminated,
+        trajectory.truncated,
+        log_rho,
+        config.gamma,
+        config.rho_bar,
+        config.c_bar,
+        lambda_=config.gae_lambda,
+    )
+    return normalized(out.pg_advantages, mask, config), out.vs, mask
+
+
+_learner = PolicyGradient(targets)
+loss_fn = _learner.loss_fn
+
+
+def update(state: State, trajectory: Trajectory, key: jax.Array, config: Config):
+    """One gradient step (:class:`jaxrl.algorithms.policy_gradient.PolicyGradient`); with
+    a ``policy_lag``, the params it started from then join the actors' queue and the
+    oldest leave it."""
+    updated, metrics = _learner.update(state, trajectory, key, config)
+    if not config.policy_lag:
+        return updated, metrics
+    queue = jax.tree.map(lambda queue, p: jnp.concatenate([queue[1:], p[None]]), state.lagged_params, state.params)
+    return updated.replace(lagged_params=queue), metrics
+
+
+def collect_lagged(state: State, key: jax.Array, config: Config):
+    """:func:`jaxrl.algorithms.onpolicy.collect`, acting with the oldest params in the
+    actors' queue (``policy_lag`` updates old), or the newest without a lag."""
+    behaviour = jax.tree.map(lambda x: x[0], state.lagged_params) if config.policy_lag else state.params
+    return onpolicy.collect(state, behaviour, key, config)
+
+
+algorithm = onpolicy.Learner(init, update, collect=collect_lagged).algorithm(
     "impala",
     Config,
     PRESETS,
     summary="IMPALA: actor-critic with V-trace for actors acting with stale params",
 )
-__getattr__ = algorithm.module_getattr(__name__)  # impala.train, impala.preset: the record's
+__getattr__ = algorithm.module_getattr(__name__)  # impala.step, impala.train, impala.preset: the record's

@@ -1,6 +1,7 @@
 """IPPO: independent PPO for several agents (de Witt et al., 2020, arXiv:2011.09533).
 
-It is :mod:`jaxrl.algorithms.ppo` with ``multi_agent=True``, not a copy: a multi-agent
+It is :mod:`jaxrl.algorithms.ppo`'s functions with a multi-agent Config (PPO's
+settings and :class:`jaxrl.algorithms.onpolicy.MultiAgent`), not a copy: a multi-agent
 env (``jaxmarl:<id>``, ``MultiAgentClimbing-v0``) is seen through
 :class:`jaxrl.envs.multiagent.AgentBatch`, so its agents are a batch axis — rollouts
 are ``[T, N, A, ...]`` and one network call serves every agent. Each agent's critic
@@ -18,17 +19,14 @@ from __future__ import annotations
 
 from flax import struct
 
-from jaxrl.algorithms import ppo
-from jaxrl.config import static
+from jaxrl.algorithms import onpolicy, ppo
 
 
 @struct.dataclass
-class Config(ppo.Config):
-    """PPO's Config on a multi-agent env's agents (see :class:`jaxrl.algorithms.ppo.Config`);
+class Config(onpolicy.MultiAgent, ppo.Settings, onpolicy.Config):
+    """PPO's settings (:class:`jaxrl.algorithms.ppo.Settings`) on a multi-agent env's
+    agents (:class:`jaxrl.algorithms.onpolicy.MultiAgent`: ``share_parameters``);
     ``num_envs`` counts envs, each of ``A`` agents, and ``total_timesteps`` env steps."""
-
-    env_id: str = static("MultiAgentClimbing-v0")
-    multi_agent: bool = static(True)
 
 
 PRESETS = {

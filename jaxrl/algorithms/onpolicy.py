@@ -1,24 +1,30 @@
-"""What the on-policy actor-critic algorithms share (PPO, A2C, REINFORCE, IMPALA).
+"""What the on-policy actor-critic algorithms share (PPO, A2C, REINFORCE, IMPALA, IPPO,
+MAPPO), and the builder of their iteration, program and record (:class:`Learner`).
 
 The settings they have in common (:class:`Config`, which each algorithm's Config
-extends), the training env, the actor-critic network (feed-forward or recurrent),
-acting, one rollout with the behaviour policy's log-probabilities, values and memory,
-the policy re-evaluated over a stored rollout, running observation statistics, the
-optimiser with optional linear annealing, and the ``train`` scan.
+extends, with :class:`SingleAgent`'s or :class:`MultiAgent`'s), the training env, the
+actor-critic network (feed-forward or recurrent), acting, one rollout with the behaviour
+policy's log-probabilities, values and memory, the policy re-evaluated over a stored
+rollout, running observation statistics and the optimiser with optional linear annealing.
 
-``use_sde`` explores continuous actions with generalized state-dependent exploration
-(gSDE, :class:`jaxrl.distributions.StateDependentNoise`): the policy is a Gaussian whose
-scale depends on the actor's features, and acting adds the noise ``z(s) @ theta`` with a
-matrix ``theta`` per env drawn at each episode's start (and every ``sde_sample_freq``
-steps). The matrix lives in the policy's carry beside the memory: with ``use_sde`` the
-carry is ``{"memory": <the recurrent memory, () without>, "sde": <the gSDE state>}``,
-and everything that re-runs the network over stored steps sees the memory alone.
+Where a policy with memory runs differently from one without (one step, a stored
+rollout, its bootstrap values, PPO's minibatches), :func:`data_path` picks the
+functions once, from ``memory``: :data:`FEED_FORWARD` or :data:`RECURRENT`.
+
+``sde`` (a :class:`jaxrl.exploration.GSDE`) explores continuous actions with generalized
+state-dependent exploration (gSDE, :class:`jaxrl.distributions.StateDependentNoise`):
+the policy is a Gaussian whose scale depends on the actor's features, and acting adds
+the noise ``z(s) @ theta`` with a matrix ``theta`` per env drawn at each episode's start
+(and every ``sde.sample_freq`` steps). The matrix lives in the policy's carry beside the
+memory: with ``sde`` the carry is ``{"memory": <the recurrent memory, () without>,
+"sde": <the gSDE state>}``, and everything that re-runs the network over stored steps
+sees the memory alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -27,17 +33,19 @@ from flax import struct
 
 from jaxrl import envs, evaluation, loop, networks, rollout
 from jaxrl.algorithms import requirements
-from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
-from jaxrl.distributions import (
-    Categorical,
-    MultiCategorical,
-    Normal,
-    StateDependentNoise,
-    mask_actions,
-    sde_initial_carry,
-    sde_next_matrix,
+from jaxrl.algorithms.contract import Algorithm
+from jaxrl.config import (
+    check_traced_parts,
+    freeze_mapping,
+    require_choice,
+    require_int,
+    require_network,
+    require_range,
+    static,
 )
+from jaxrl.distributions import Categorical, MultiCategorical, Normal, StateDependentNoise, mask_actions
 from jaxrl.envs.multiagent import AGENT_ID, GLOBAL_STATE
+from jaxrl.exploration import GSDE
 from jaxrl.networks import ActorCritic
 from jaxrl.types import Trajectory
 
@@ -48,9 +56,21 @@ OPTIMIZERS = ("adam", "rmsprop")
 class Config:
     """What every on-policy actor-critic config holds (defaults: PureJaxRL's CartPole PPO).
 
-    Static fields fix the program; the rest can be traced and vmapped. Algorithms extend
-    it with their own fields and defaults (``ppo.Config``, ``a2c.Config``).
+    Static fields fix the program; the rest can be traced and vmapped. An algorithm's
+    Config adds its own fields and defaults and one of :class:`SingleAgent` (reward
+    scaling, gSDE) or :class:`MultiAgent` (a multi-agent env's agents as a batch axis).
+    The class constants below are what the shared code reads of settings that only some
+    Configs make fields.
     """
+
+    multi_agent = False  # MultiAgent: the env's agents as a batch axis
+    share_parameters = True  # MultiAgent's field: one network for all agents
+    centralised_critic = False  # CentralisedCritic: the critic reads the global state
+    scale_rewards = False  # SingleAgent's field
+    sde = None  # SingleAgent's field: a jaxrl.exploration.GSDE, or None
+    optimizer = "adam"  # A2C's field: "adam" or "rmsprop"
+    baseline = True  # REINFORCE's field: whether a critic is learned and subtracted
+    policy_lag = 0  # IMPALA's field: actors act with the params of this many updates ago
 
     # --- static: environment and program structure
     env_id: str = static("CartPole-v1")
@@ -64,31 +84,18 @@ class Config:
     memory_size: int = static(128)  # the recurrent core's units
     shared_memory: bool = static(True)  # one core for the policy and value heads, or one each
     activation: str = static("tanh")
-    optimizer: str = static("adam")  # "adam" or "rmsprop"
     anneal_lr: bool = static(True)  # linearly to 0 over the run
-    normalize_advantages: bool = static(True)
     normalize_observations: bool = static(False)  # running stats kept in params
-    scale_rewards: bool = static(False)  # divide rewards by running return std
     log_std_init: float = static(0.0)  # continuous actions only: the state-independent Gaussian's
-    use_sde: bool = static(False)  # gSDE exploration (continuous actions): noise z(s) @ theta
-    sde_sample_freq: int = static(0)  # with use_sde: steps between draws of theta; 0: once per episode
-    # --- static: several agents (IPPO / MAPPO; see jaxrl.envs.multiagent.AgentBatch)
-    multi_agent: bool = static(False)  # a multi-agent env's agents as a batch axis
-    share_parameters: bool = static(True)  # one network for all agents, told the agent's id; else one each
-    centralised_critic: bool = static(False)  # the critic reads the global state, not the agent's observation
     num_evals: int = static(10)  # deterministic evaluations over the run
     eval_episodes: int = static(10)
     num_reports: int = static(50)  # `train`'s progress reports (the runner reports between chunks)
     # --- traced hyper-parameters
     learning_rate: float = 2.5e-4
     gamma: float = 0.99
-    gae_lambda: float = 0.95
     ent_coef: float = 0.01
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
-    # With use_sde: the initial log-std of theta's entries, Stable-Baselines3's gSDE default: the
-    # std in each action dimension starts at exp(-2) ||z(s)||, at most exp(-2) sqrt(F) for tanh features.
-    sde_log_std_init: float = -2.0
 
     def __post_init__(self):
         object.__setattr__(self, "env_kwargs", freeze_mapping(self.env_kwargs, "env_kwargs"))
@@ -100,54 +107,11 @@ class Config:
         for field in ("num_evals", "num_reports"):
             require_int(self, field, 0)
         require_int(self, "total_timesteps", self.num_envs * self.num_steps)
-        require_choice(self, "optimizer", OPTIMIZERS)
-        self.check_agents()
-        self.check_sde()
         require_network(self, envs.config_spec(self).obs_ndim)
         # A padding step would carry one episode's memory into the next. An agent that has
         # left (multi-agent) is terminated at each of its invalid steps, so its memory resets.
         if self.memory != "none" and not self.multi_agent:
             requirements.require_transitions_only(self, f"memory={self.memory!r}")
-
-    def check_agents(self) -> None:
-        """ValueErrors for multi-agent settings that cannot work."""
-        for field in ("multi_agent", "share_parameters", "centralised_critic"):
-            require_choice(self, field, (True, False))
-        if not self.multi_agent:
-            for field, default in (("share_parameters", True), ("centralised_critic", False)):
-                value = getattr(self, field)
-                if value != default:
-                    raise ValueError(f"{field}={value} applies to multi-agent training (multi_agent=True)")
-            return
-        if self.scale_rewards:
-            raise ValueError("scale_rewards is not supported with multi_agent=True (rewards are per agent)")
-        if self.centralised_critic and self.memory != "none" and self.shared_memory:
-            raise ValueError(
-                "a centralised critic reads other inputs than the actor, so it cannot share its memory: "
-                "set shared_memory=False"
-            )
-
-    def check_sde(self) -> None:
-        """ValueErrors for gSDE settings that cannot work."""
-        require_choice(self, "use_sde", (True, False))
-        require_int(self, "sde_sample_freq", 0)
-        if not self.use_sde:
-            if self.sde_sample_freq != 0:
-                raise ValueError(f"sde_sample_freq={self.sde_sample_freq} applies with use_sde=True")
-            return
-        if self.multi_agent:
-            raise ValueError("use_sde=True is for one agent: multi_agent=True has no gSDE")
-        spec = envs.config_spec(self)
-        if not spec.continuous:
-            raise ValueError(
-                f"use_sde=True needs a continuous (Box) action space; env_id {self.env_id!r} has "
-                f"{spec.action_kind.replace('_', '-')} actions"
-            )
-        if self.log_std_init != 0.0:
-            raise ValueError(
-                f"log_std_init={self.log_std_init} sets the state-independent Gaussian, which use_sde=True "
-                "replaces: leave it at 0.0 and set sde_log_std_init"
-            )
 
     @property
     def agent_view(self) -> tuple | None:
@@ -163,11 +127,81 @@ class Config:
         """Range checks of the traced fields (skipped while tracing); run by ``init``."""
         require_range(self, "learning_rate", 0.0, float("inf"), low_open=True)
         require_range(self, "gamma", 0.0, 1.0)
-        require_range(self, "gae_lambda", 0.0, 1.0)
         require_range(self, "max_grad_norm", 0.0, float("inf"), low_open=True)
         for field in ("ent_coef", "vf_coef"):
             require_range(self, field, 0.0, float("inf"))
-        require_range(self, "sde_log_std_init", -float("inf"), float("inf"))
+
+
+@struct.dataclass
+class SingleAgent:
+    """The fields of a Config for one agent, mixed in before :class:`Config` (``class
+    Config(SingleAgent, Config)``): reward scaling and gSDE exploration."""
+
+    scale_rewards: bool = static(False)  # divide rewards by running return std
+    sde: GSDE | None = None  # gSDE exploration (continuous actions): noise z(s) @ theta
+
+    def __post_init__(self):
+        if isinstance(self.sde, bool):  # the command line's switch
+            object.__setattr__(self, "sde", GSDE() if self.sde else None)
+        super().__post_init__()
+        require_choice(self, "scale_rewards", (True, False))
+        if self.sde is None:
+            return
+        if not isinstance(self.sde, GSDE):
+            raise ValueError(f"sde must be a jaxrl.exploration.GSDE or None, got {self.sde!r}")
+        spec = envs.config_spec(self)
+        if not spec.continuous:
+            raise ValueError(
+                f"sde (gSDE) needs a continuous (Box) action space; env_id {self.env_id!r} has "
+                f"{spec.action_kind.replace('_', '-')} actions"
+            )
+        if self.log_std_init != 0.0:
+            raise ValueError(
+                f"log_std_init={self.log_std_init} sets the state-independent Gaussian, which sde replaces: "
+                "leave it at 0.0 and set sde.log_std_init"
+            )
+
+
+@struct.dataclass
+class MultiAgent:
+    """The fields of a Config for several agents (IPPO, MAPPO; any on-policy algorithm:
+    ``class Config(MultiAgent, a2c.Config)``), mixed in before the algorithm's: a
+    multi-agent env (``jaxmarl:<id>``, ``MultiAgentClimbing-v0``) is seen through
+    :class:`jaxrl.envs.multiagent.AgentBatch`, its agents a batch axis (rollouts ``[T, N,
+    A, ...]``). ``share_parameters``: one network for all agents, told the agent's id;
+    else one each (parameters ``[A, ...]``)."""
+
+    multi_agent = True
+
+    env_id: str = static("MultiAgentClimbing-v0")
+    share_parameters: bool = static(True)
+
+    def __post_init__(self):
+        require_choice(self, "share_parameters", (True, False))
+        super().__post_init__()
+        if self.scale_rewards:
+            raise ValueError("scale_rewards is not supported with several agents (rewards are per agent)")
+        if self.sde is not None:
+            raise ValueError("sde (gSDE) is for one agent: a multi-agent Config has none")
+
+
+@struct.dataclass
+class CentralisedCritic(MultiAgent):
+    """:class:`MultiAgent` with a centralised critic (MAPPO): the critic reads the env's
+    global state and the agent's id, the actor only the agent's own observation; with
+    memory each has its own core."""
+
+    centralised_critic = True
+
+    shared_memory: bool = static(False)  # with memory: the critic's input differs from the actor's
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.memory != "none" and self.shared_memory:
+            raise ValueError(
+                "a centralised critic reads other inputs than the actor, so it cannot share its memory: "
+                "set shared_memory=False"
+            )
 
 
 @struct.dataclass
@@ -234,7 +268,7 @@ def make_network(config) -> ActorCritic:
         memory=config.memory,
         memory_size=config.memory_size,
         shared_memory=config.shared_memory,
-        state_dependent_std=config.use_sde,
+        state_dependent_std=config.sde is not None,
     )
 
 
@@ -263,7 +297,8 @@ def init_network(key: jax.Array, config):
     ``share_parameters`` one per agent (leaves ``[A, ...]``)."""
     spec = envs.config_spec(config)
     actor_obs, critic_obs = split_observation(spec.zeros((1, 1)), config)  # [T, B, ...]
-    init = lambda k: make_network(config).init(k, actor_obs, _core_carry(config, 1), None, critic_obs)  # noqa: E731
+    memory = data_path(config).initial_memory(config, 1)
+    init = lambda k: make_network(config).init(k, actor_obs, memory, None, critic_obs)  # noqa: E731
     if config.multi_agent and not config.share_parameters:
         return jax.vmap(init)(jax.random.split(key, envs.config_num_agents(config)))
     return init(key)
@@ -294,35 +329,35 @@ def apply_network(network_params, obs, config, carry=(), reset=None):
     return policy_out, _agents_first(value, 0, False), _agents_first(carry, 1, False)
 
 
-def _core_carry(config, batch_size: int):
-    carry = networks.initial_carry(config.memory, config.memory_size, batch_size)
-    if config.memory == "none" or config.shared_memory:
-        return carry
-    return {"actor": carry, "critic": carry}
+def _memory(carry, config):
+    """The recurrent memory in a policy's carry: the carry itself, or with ``sde`` its
+    ``"memory"`` (beside the gSDE state)."""
+    return carry if config.sde is None else carry["memory"]
 
 
 def initial_carry(config, batch_size: int):
     """The policy's state before an episode's first step, for ``batch_size`` envs, all
     zeros: the memory, leaves ``[batch_size, memory_size]`` (``[batch_size, A,
     memory_size]`` with ``multi_agent``; a dict of the actor's and the critic's without
-    ``shared_memory``), ``()`` without memory. With ``use_sde`` a dict: that memory as
-    ``"memory"`` and the gSDE state as ``"sde"``
-    (:func:`jaxrl.distributions.sde_initial_carry`: the noise matrices ``[batch_size,
-    F, A]`` and their step counters), which :func:`act` advances."""
-    carry = _core_carry(config, batch_size)
-    if config.use_sde:
-        num_features = config.hidden_sizes[-1] if config.memory == "none" else config.memory_size
+    ``shared_memory``), ``()`` without memory. With ``sde`` a dict: that memory as
+    ``"memory"`` and the gSDE state as ``"sde"`` (:meth:`jaxrl.exploration.GSDE.initial_carry`:
+    the noise matrices ``[batch_size, F, A]`` and their step counters), which
+    :func:`act` advances."""
+    path = data_path(config)
+    memory = path.initial_memory(config, batch_size)
+    if config.sde is not None:
         action_dim = envs.config_spec(config).action_shape[0]
-        return {"memory": carry, "sde": sde_initial_carry(batch_size, num_features, action_dim)}
+        return {"memory": memory, "sde": config.sde.initial_carry(batch_size, path.num_features(config), action_dim)}
     if not config.multi_agent:
-        return carry
+        return memory
     agents = envs.config_num_agents(config)
-    return jax.tree.map(lambda c: jnp.zeros((batch_size, agents) + c.shape[1:], c.dtype), carry)
+    return jax.tree.map(lambda c: jnp.zeros((batch_size, agents) + c.shape[1:], c.dtype), memory)
 
 
 def make_optimizer(config, updates_per_iteration: int) -> optax.GradientTransformation:
-    """Global-norm clipping then Adam or RMSProp, the learning rate annealed linearly to 0
-    over the run's ``num_iterations * updates_per_iteration`` updates if ``anneal_lr``."""
+    """Global-norm clipping then Adam or (``optimizer="rmsprop"``, A2C) RMSProp, the
+    learning rate annealed linearly to 0 over the run's ``num_iterations *
+    updates_per_iteration`` updates if ``anneal_lr``."""
     num_updates = config.num_iterations * updates_per_iteration
 
     def learning_rate(count):
@@ -342,10 +377,11 @@ def current_learning_rate(opt_state) -> jax.Array:
     return opt_state[1].hyperparams["learning_rate"]
 
 
-def init(key: jax.Array, config, updates_per_iteration: int, policy_lag: int = 0) -> State:
-    """Network, optimiser, ``num_envs`` freshly reset envs and, for a ``policy_lag`` of
-    k > 0, k copies of the initial params to act with. Checks the traced fields."""
+def init(key: jax.Array, config, updates_per_iteration: int) -> State:
+    """Network, optimiser and ``num_envs`` freshly reset envs. Checks the traced fields
+    (the Config's and its parts')."""
     config.check_traced()
+    check_traced_parts(config)
     env, env_params = make_env(config)
     spec = envs.config_spec(config)
     network_key, env_key = jax.random.split(key)
@@ -353,17 +389,15 @@ def init(key: jax.Array, config, updates_per_iteration: int, policy_lag: int = 0
         "network": init_network(network_key, config),
         "obs_stats": envs.observation_stats_init(spec.observation, spec.obs_classes),
     }
-    if config.use_sde:
-        params["network"] = networks.fill_param(params["network"], networks.SDE_LOG_STD, config.sde_log_std_init)
+    if config.sde is not None:
+        params["network"] = networks.fill_param(params["network"], networks.SDE_LOG_STD, config.sde.log_std_init)
     obs, env_state = rollout.reset(env, env_params, env_key, config.num_envs)
-    lagged = jax.tree.map(lambda x: jnp.stack([x] * policy_lag), params) if policy_lag else ()
     return State(
         params=params,
         opt_state=make_optimizer(config, updates_per_iteration).init(params["network"]),
         env_state=env_state,
         obs=obs,
         timesteps=jnp.zeros((), jnp.int32),
-        lagged_params=lagged,
         carry=initial_carry(config, config.num_envs),
     )
 
@@ -373,19 +407,19 @@ def policy_and_value(params: dict, obs: jax.Array, config, carry=(), reset=None)
 
     Feed-forward: ``obs [..., *obs_shape]`` gives a distribution and values over
     ``[...]``; ``carry`` stays ``()``. Recurrent: ``obs [T, B, *obs_shape]`` is a
-    sequence entered with ``carry`` (the memory, leaves ``[B, ...]``; with ``use_sde``
+    sequence entered with ``carry`` (the memory, leaves ``[B, ...]``; with ``sde``
     :func:`initial_carry`'s ``"memory"``), ``reset [T, B]`` (default none) marks the
     steps that begin an episode; outputs are ``[T, B]`` and the memory after the last
     step. Where observations carry an action mask (``obs["action_mask"]``), masked
     actions have probability 0. The distribution is a :class:`Categorical` (Discrete
     actions), a :class:`MultiCategorical` (MultiDiscrete: actions ``[..., k]``) or a
-    :class:`Normal` (Box; with ``use_sde`` its scale depends on the state)."""
+    :class:`Normal` (Box; with ``sde`` its scale depends on the state)."""
     distribution, value, carry, _ = policy_value_and_noise(params, obs, config, carry, reset)
     return distribution, value, carry
 
 
 def policy_value_and_noise(params: dict, obs: jax.Array, config, carry=(), reset=None):
-    """:func:`policy_and_value`'s ``(distribution, value, carry)`` and, with ``use_sde``,
+    """:func:`policy_and_value`'s ``(distribution, value, carry)`` and, with ``sde``,
     the :class:`jaxrl.distributions.StateDependentNoise` (features over the same leading
     dims) that gives the Normal its scale and acting its noise; None without."""
     spec = envs.config_spec(config)
@@ -399,7 +433,7 @@ def policy_value_and_noise(params: dict, obs: jax.Array, config, carry=(), reset
         return Categorical(policy_out), value, carry, None
     if spec.multi_discrete:
         return MultiCategorical(policy_out, spec.action_nvec), value, carry, None
-    if config.use_sde:
+    if config.sde is not None:
         mean, features, sde_log_std = policy_out
         noise = StateDependentNoise(features, sde_log_std)
         return Normal(mean, noise.scale()), value, carry, noise
@@ -407,12 +441,35 @@ def policy_value_and_noise(params: dict, obs: jax.Array, config, carry=(), reset
     return Normal(mean, jnp.broadcast_to(jnp.exp(log_std), mean.shape)), value, carry, None
 
 
-def trajectory_policy_and_value(params: dict, trajectory: Trajectory, config):
-    """The policy and values ``[T, N]`` of ``params`` on the trajectory's observations;
-    a recurrent policy runs over each env's sequence from the carry stored at ``t = 0``
-    (``extras["carry"]``), its memory reset where episodes ended."""
-    if config.memory == "none":
-        return policy_and_value(params, trajectory.obs, config)[:2]
+# ----------------------------------------------------------------------------- the data path: with or without memory
+
+
+def _no_memory(config, batch_size: int):
+    return ()
+
+
+def _recurrent_memory(config, batch_size: int):
+    carry = networks.initial_carry(config.memory, config.memory_size, batch_size)
+    return carry if config.shared_memory else {"actor": carry, "critic": carry}
+
+
+def _feed_forward_step(params: dict, obs, memory, config):
+    return policy_value_and_noise(params, obs, config)
+
+
+def _recurrent_step(params: dict, obs, memory, config):
+    one_step = jax.tree.map(lambda x: x[None], obs)  # a sequence of one step
+    distribution, value, memory, noise = policy_value_and_noise(params, one_step, config, memory)
+    distribution, value = jax.tree.map(lambda x: x[0], (distribution, value))
+    noise = None if noise is None else noise.replace(features=noise.features[0])
+    return distribution, value, memory, noise
+
+
+def _feed_forward_trajectory(params: dict, trajectory: Trajectory, config):
+    return policy_and_value(params, trajectory.obs, config)[:2]
+
+
+def _recurrent_trajectory(params: dict, trajectory: Trajectory, config):
     carry = jax.tree.map(lambda c: c[0], trajectory.extras["carry"])
     distribution, value, _ = policy_and_value(
         params, trajectory.obs, config, carry, rollout.episode_starts(trajectory.done)
@@ -420,13 +477,11 @@ def trajectory_policy_and_value(params: dict, trajectory: Trajectory, config):
     return distribution, value
 
 
-def bootstrap_value(params: dict, trajectory: Trajectory, config) -> jax.Array:
-    """The critic's values ``[T, N]`` of ``next_obs`` (the final observation where an
-    episode ended), with the memory the policy had after each step: the stored carry
-    entering step ``t``, advanced through ``obs[t]``, then ``next_obs[t]`` (all steps
-    at once, as a batch of two-step sequences)."""
-    if config.memory == "none":
-        return policy_and_value(params, trajectory.next_obs, config)[1]
+def _feed_forward_bootstrap(params: dict, trajectory: Trajectory, config) -> jax.Array:
+    return policy_and_value(params, trajectory.next_obs, config)[1]
+
+
+def _recurrent_bootstrap(params: dict, trajectory: Trajectory, config) -> jax.Array:
     flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731
     obs = jax.tree.map(lambda a, b: jnp.stack([flat(a), flat(b)]), trajectory.obs, trajectory.next_obs)
     carry = jax.tree.map(flat, trajectory.extras["carry"])
@@ -434,29 +489,102 @@ def bootstrap_value(params: dict, trajectory: Trajectory, config) -> jax.Array:
     return value.reshape(trajectory.reward.shape)
 
 
+def _transition_rows(batch: dict, trajectory: Trajectory, sequence_length: int) -> dict:
+    return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
+
+
+def _sequence_rows(batch: dict, trajectory: Trajectory, sequence_length: int) -> dict:
+    def chunks(x):  # [T, N, ...] -> [N, T / L, L, ...] -> [N * T / L, L, ...]
+        x = jnp.swapaxes(x, 0, 1)
+        return x.reshape((-1, sequence_length) + x.shape[2:])
+
+    batch = jax.tree.map(chunks, {**batch, "reset": rollout.episode_starts(trajectory.done)})
+    batch["carry"] = jax.tree.map(lambda c: chunks(c)[:, 0], trajectory.extras["carry"])
+    return batch
+
+
+def _transition_rows_policy(params: dict, rows: dict, config):
+    return policy_and_value(params, rows["obs"], config)[:2]
+
+
+def _sequence_rows_policy(params: dict, rows: dict, config):
+    time_major = lambda x: jnp.swapaxes(x, 0, 1)  # noqa: E731
+    obs = jax.tree.map(time_major, rows["obs"])
+    distribution, value, _ = policy_and_value(params, obs, config, rows["carry"], time_major(rows["reset"]))
+    return jax.tree.map(time_major, (distribution, value))
+
+
+class DataPath(NamedTuple):
+    """How the policy runs over steps: without memory each step on its own, with memory
+    over sequences entered with a stored carry. :func:`data_path` picks one from the
+    config's ``memory``, once; the public functions below (:func:`behaviour_step`,
+    :func:`trajectory_policy_and_value`, :func:`bootstrap_value`, ...) run its entries."""
+
+    initial_memory: Callable  # (config, batch_size) -> the memory before an episode; () without
+    num_features: Callable  # (config) -> the size of the actor's last features
+    policy_step: Callable  # (params, obs [B, ...], memory, config) -> (distribution, value, memory, noise)
+    trajectory_policy_and_value: Callable  # (params, trajectory, config) -> (distribution, value [T, N])
+    bootstrap_value: Callable  # (params, trajectory, config) -> the values of next_obs [T, N]
+    minibatch_rows: Callable  # (batch, trajectory, sequence_length) -> rows: transitions or sequences
+    minibatch_policy_and_value: Callable  # (params, rows, config) -> (distribution, value) shaped like the rows
+
+
+FEED_FORWARD = DataPath(
+    initial_memory=_no_memory,
+    num_features=lambda config: config.hidden_sizes[-1],
+    policy_step=_feed_forward_step,
+    trajectory_policy_and_value=_feed_forward_trajectory,
+    bootstrap_value=_feed_forward_bootstrap,
+    minibatch_rows=_transition_rows,
+    minibatch_policy_and_value=_transition_rows_policy,
+)
+RECURRENT = DataPath(
+    initial_memory=_recurrent_memory,
+    num_features=lambda config: config.memory_size,
+    policy_step=_recurrent_step,
+    trajectory_policy_and_value=_recurrent_trajectory,
+    bootstrap_value=_recurrent_bootstrap,
+    minibatch_rows=_sequence_rows,
+    minibatch_policy_and_value=_sequence_rows_policy,
+)
+
+
+def data_path(config) -> DataPath:
+    """:data:`FEED_FORWARD` without memory (``memory="none"``), else :data:`RECURRENT`."""
+    return FEED_FORWARD if config.memory == "none" else RECURRENT
+
+
+def trajectory_policy_and_value(params: dict, trajectory: Trajectory, config):
+    """The policy and values ``[T, N]`` of ``params`` on the trajectory's observations;
+    a recurrent policy runs over each env's sequence from the carry stored at ``t = 0``
+    (``extras["carry"]``), its memory reset where episodes ended."""
+    return data_path(config).trajectory_policy_and_value(params, trajectory, config)
+
+
+def bootstrap_value(params: dict, trajectory: Trajectory, config) -> jax.Array:
+    """The critic's values ``[T, N]`` of ``next_obs`` (the final observation where an
+    episode ended), with the memory the policy had after each step: the stored carry
+    entering step ``t``, advanced through ``obs[t]``, then ``next_obs[t]`` (all steps
+    at once, as a batch of two-step sequences)."""
+    return data_path(config).bootstrap_value(params, trajectory, config)
+
+
 def behaviour_step(params: dict, obs: jax.Array, carry, key: jax.Array, config, deterministic: bool = False):
     """One step of the policy at raw observations ``[B, *obs_shape]`` with ``carry``
     (:func:`initial_carry`'s, leaves ``[B, ...]``): ``(action, distribution, value [B],
     carry)``, the carry after the step. The action is sampled from the distribution, or
-    with ``use_sde`` is its mean plus the gSDE noise of this step's matrix
-    (:func:`jaxrl.distributions.sde_next_matrix`), or is its mode if ``deterministic``
+    with ``sde`` is its mean plus the gSDE noise of this step's matrix
+    (:meth:`jaxrl.exploration.GSDE.next_matrix`), or is its mode if ``deterministic``
     (the gSDE state then stays as it was); unclipped."""
-    memory = carry["memory"] if config.use_sde else carry
-    if config.memory == "none":
-        distribution, value, memory, noise = policy_value_and_noise(params, obs, config)
-    else:  # a sequence of one step
-        one_step = jax.tree.map(lambda x: x[None], obs)
-        distribution, value, memory, noise = policy_value_and_noise(params, one_step, config, memory)
-        distribution, value = jax.tree.map(lambda x: x[0], (distribution, value))
-        noise = None if noise is None else noise.replace(features=noise.features[0])
-    if not config.use_sde:
+    distribution, value, memory, noise = data_path(config).policy_step(params, obs, _memory(carry, config), config)
+    if config.sde is None:
         action = distribution.mode() if deterministic else distribution.sample(key)
         return action, distribution, value, memory
     sde = carry["sde"]
     if deterministic:
         action = distribution.mode()
     else:
-        matrix, sde = sde_next_matrix(sde, key, config.sde_sample_freq)
+        matrix, sde = config.sde.next_matrix(sde, key)
         action = distribution.loc + noise.noise(matrix)
     return action, distribution, value, {"memory": memory, "sde": sde}
 
@@ -465,12 +593,12 @@ def act(params: dict, obs: jax.Array, carry, key: jax.Array, config, determinist
     """``(action [B, *action_shape], carry)`` (int32 ``[B]`` for Discrete actions, int32
     ``[B, k]`` for MultiDiscrete ones) for raw observations ``[B, *obs_shape]`` and the
     policy's state ``carry`` (leaves ``[B, ...]``, from :func:`initial_carry`: the
-    memory, ``()`` without; with ``use_sde`` also the gSDE noise matrices). The caller
+    memory, ``()`` without; with ``sde`` also the gSDE noise matrices). The caller
     resets the returned carry where an episode ends.
 
-    Samples from the policy (with ``use_sde``: its mean plus the noise of the env's
-    current matrix), or takes its mode if ``deterministic``; continuous actions are
-    clipped to the action bounds."""
+    Samples from the policy (with ``sde``: its mean plus the noise of the env's current
+    matrix), or takes its mode if ``deterministic``; continuous actions are clipped to
+    the action bounds."""
     action, _, _, carry = behaviour_step(params, obs, carry, key, config, deterministic)
     spec = envs.config_spec(config)
     if spec.continuous:
@@ -483,11 +611,11 @@ def collect(state: State, params: dict, key: jax.Array, config, fresh_start: boo
 
     The trajectory's ``extras`` hold the behaviour ``log_prob`` and ``value`` ``[T, N]``
     and the memory that entered each step as ``carry`` (leaves ``[T, N, ...]``; ``()``
-    without memory; with ``use_sde`` the carry's ``"memory"``, which is all that
-    re-running the network needs). With ``fresh_start`` every env is reset first (and the memory with it), so
-    each env's first episode starts at ``t = 0`` (whole-episode Monte Carlo). Returns
-    ``(state, trajectory)``; the state has the envs, next observations, memory and
-    ``timesteps`` advanced.
+    without memory; with ``sde`` the carry's ``"memory"``, which is all that re-running
+    the network needs). With ``fresh_start`` every env is reset first (and the memory
+    with it), so each env's first episode starts at ``t = 0`` (whole-episode Monte
+    Carlo). Returns ``(state, trajectory)``; the state has the envs, next observations,
+    memory and ``timesteps`` advanced.
     """
     env, env_params = make_env(config)
     env_state, obs, carry = state.env_state, state.obs, state.carry
@@ -498,7 +626,7 @@ def collect(state: State, params: dict, key: jax.Array, config, fresh_start: boo
 
     def policy(obs, carry, policy_key):
         action, distribution, value, next_carry = behaviour_step(params, obs, carry, policy_key, config)
-        memory = carry["memory"] if config.use_sde else carry
+        memory = _memory(carry, config)
         return action, next_carry, {"log_prob": distribution.log_prob(action), "value": value, "carry": memory}
 
     trajectory, env_state, obs, carry = rollout.collect(
@@ -511,6 +639,12 @@ def collect(state: State, params: dict, key: jax.Array, config, fresh_start: boo
         timesteps=state.timesteps + config.num_envs * config.num_steps,
     )
     return state, trajectory
+
+
+def collect_latest(state: State, key: jax.Array, config):
+    """:func:`collect`, acting with the newest params (``state.params``): the rollout of
+    PPO and A2C."""
+    return collect(state, state.params, key, config)
 
 
 def shuffled_minibatches(key: jax.Array, batch, num_minibatches: int):
@@ -567,3 +701,51 @@ def program(init: Callable, step: Callable, config) -> loop.Program:
         resumable=not envs.steps_on_host(config.env_id),
         restart_envs=lambda state, key: rollout.restart(state, *make_env(config), key, config.num_envs),
     )
+
+
+# ----------------------------------------------------------------------------- the endings, once
+
+
+class Learner(NamedTuple):
+    """What makes an on-policy algorithm its own, from which its iteration, its program
+    and its record are built once for all of them (:meth:`step`, :meth:`program`,
+    :meth:`algorithm`); acting (:func:`act`, :func:`initial_carry`) is the family's.
+
+    Attributes:
+      init: ``init(key, config) -> State``.
+      update: ``update(state, trajectory, key, config) -> (state, metrics)``, the
+        learner's work on one rollout (PPO's minibatch epochs, A2C's gradient step).
+      collect: ``collect(state, key, config) -> (state, trajectory)``, the iteration's
+        rollout: by default :func:`collect_latest`, acting with ``state.params``.
+      episode_metrics: ``episode_metrics(trajectory) -> metrics`` of the episodes an
+        iteration reports: by default every one that finished
+        (:func:`jaxrl.rollout.episode_metrics`).
+    """
+
+    init: Callable
+    update: Callable
+    collect: Callable = collect_latest
+    episode_metrics: Callable = rollout.episode_metrics
+
+    def step(self, state: State, key: jax.Array, config):
+        """One iteration: :attr:`collect`, :attr:`update`, then the rollout's observations
+        folded into the running statistics (:func:`update_obs_stats`). Metrics: the
+        update's, the episodes' (:attr:`episode_metrics`) and ``timesteps``."""
+        collect_key, update_key = jax.random.split(key)
+        state, trajectory = self.collect(state, collect_key, config)
+        state, metrics = self.update(state, trajectory, update_key, config)
+        state = update_obs_stats(state, trajectory, config)
+        metrics.update(self.episode_metrics(trajectory), timesteps=state.timesteps)
+        return state, metrics
+
+    def program(self, config) -> loop.Program:
+        """The run as a :class:`jaxrl.loop.Program` (:func:`program` of :attr:`init` and
+        :meth:`step`), for :mod:`jaxrl.workflow.runner`'s chunked training and ``train``."""
+        return program(self.init, self.step, config)
+
+    def algorithm(self, name: str, Config: type, presets: dict, **details) -> Algorithm:
+        """The algorithm's record (fields in :class:`jaxrl.algorithms.contract.Algorithm`'s
+        order): these parts and the family's acting with its ``Config`` and ``presets``;
+        ``details``: ``summary``, ``variants``."""
+        parts = (self.init, act, initial_carry, self.update, self.step, self.program, evaluate)
+        return Algorithm(name, Config, *parts, presets=presets, **details)

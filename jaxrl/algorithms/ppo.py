@@ -11,10 +11,15 @@ rollout is cut into chunks of ``sequence_length`` steps, the chunks are shuffled
 envs and time, and each epoch re-runs the policy over every chunk from the memory
 stored when the chunk's first step was taken, resetting it where episodes ended.
 
-``use_sde=True`` (Box actions) explores with generalized state-dependent exploration
-(gSDE, :mod:`jaxrl.algorithms.onpolicy`): the Gaussian's scale depends on the actor's features, the
-ratio uses its log-prob, and the rollout acts with the mean plus ``z(s) @ theta``, one
-noise matrix ``theta`` per env kept in the carry beside any memory. ::
+``sde=GSDE(...)`` (:class:`jaxrl.exploration.GSDE`, Box actions) explores with
+generalized state-dependent exploration (gSDE, :mod:`jaxrl.algorithms.onpolicy`): the
+Gaussian's scale depends on the actor's features, the ratio uses its log-prob, and the
+rollout acts with the mean plus ``z(s) @ theta``, one noise matrix ``theta`` per env
+kept in the carry beside any memory.
+
+Its iteration, program and record are :class:`jaxrl.algorithms.onpolicy.Learner`'s,
+built from :func:`init` and :func:`update`; :mod:`~jaxrl.algorithms.ippo` and
+:mod:`~jaxrl.algorithms.mappo` are the same functions with a multi-agent Config. ::
 
     config = ppo.Config(env_id="CartPole-v1")
     out = jax.jit(ppo.train)(jax.random.key(0), config)
@@ -23,33 +28,36 @@ noise matrix ``theta`` per env kept in the carry beside any memory. ::
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxrl import loop, optim, returns, rollout
+from jaxrl import optim, returns
 from jaxrl.algorithms import onpolicy
-from jaxrl.algorithms.contract import Algorithm
-from jaxrl.algorithms.onpolicy import State, act, initial_carry, policy_and_value
+from jaxrl.algorithms.onpolicy import State
 from jaxrl.config import require_int, require_range, static
+from jaxrl.exploration import GSDE
 from jaxrl.rollout import masked_mean
 from jaxrl.types import Trajectory
 
 
 @struct.dataclass
-class Config(onpolicy.Config):
-    """PPO settings: :class:`jaxrl.algorithms.onpolicy.Config`'s, whose defaults are PureJaxRL's
-    CartPole configuration, plus the minibatch epochs and clipping. Static fields fix the
-    program; the rest can be traced and vmapped. ``preset(env_id)`` gives tuned settings
-    for other tasks (e.g. Pendulum-v1).
-    """
+class Settings:
+    """PPO's own settings, mixed into :class:`Config` and the multi-agent Configs
+    (:mod:`~jaxrl.algorithms.ippo`, :mod:`~jaxrl.algorithms.mappo`) before
+    :class:`jaxrl.algorithms.onpolicy.Config`: GAE's lambda, the minibatch epochs and
+    the clipping."""
+
+    normalize_advantages = True  # each minibatch's advantages are standardised (PureJaxRL, CleanRL)
 
     num_epochs: int = static(4)
     num_minibatches: int = static(4)
     clip_value_loss: bool = static(True)
     sequence_length: Any = static(None)  # with memory: steps per minibatch sequence (None: num_steps)
+    gae_lambda: float = 0.95  # traced
     clip_eps: float = 0.2  # traced
 
     def __post_init__(self):
@@ -76,7 +84,18 @@ class Config(onpolicy.Config):
 
     def check_traced(self) -> None:
         super().check_traced()
+        require_range(self, "gae_lambda", 0.0, 1.0)
         require_range(self, "clip_eps", 0.0, float("inf"), low_open=True)
+
+
+@struct.dataclass
+class Config(onpolicy.SingleAgent, Settings, onpolicy.Config):
+    """PPO settings: :class:`jaxrl.algorithms.onpolicy.Config`'s, whose defaults are
+    PureJaxRL's CartPole configuration, :class:`Settings`' (GAE, the minibatch epochs and
+    clipping) and :class:`jaxrl.algorithms.onpolicy.SingleAgent`'s (reward scaling,
+    gSDE). Static fields fix the program; the rest can be traced and vmapped.
+    ``preset(env_id)`` gives tuned settings for other tasks (e.g. Pendulum-v1).
+    """
 
 
 # gymnax-blines' PPO for the MinAtar games (agents/<game>-MinAtar/ppo.yaml), except that
@@ -147,9 +166,7 @@ PRESETS = {
     # value coefficients), with the learning rate annealed and 300k steps instead of 20k:
     # benchmarks/investigations/gsde.md and the learning table in benchmarks/RESULTS.md.
     "MountainCarContinuous-v0": dict(
-        use_sde=True,
-        sde_sample_freq=8,
-        sde_log_std_init=-3.29,
+        sde=GSDE(sample_freq=8, log_std_init=-3.29),
         normalize_observations=True,
         scale_rewards=True,
         num_envs=1,
@@ -194,12 +211,7 @@ def minibatch_policy_and_value(params: dict, batch: dict, config: Config):
     its rows: ``[B]`` (feed-forward), or ``[B, L]`` for sequences re-run from the
     ``carry`` stored at their first step (leaves ``[B, ...]``), the memory reset where
     ``reset [B, L]`` marks an episode's start."""
-    if config.memory == "none":
-        return policy_and_value(params, batch["obs"], config)[:2]
-    time_major = lambda x: jnp.swapaxes(x, 0, 1)  # noqa: E731
-    obs = jax.tree.map(time_major, batch["obs"])
-    distribution, value, _ = policy_and_value(params, obs, config, batch["carry"], time_major(batch["reset"]))
-    return jax.tree.map(time_major, (distribution, value))
+    return onpolicy.data_path(config).minibatch_policy_and_value(params, batch, config)
 
 
 def loss_fn(network_params, obs_stats, batch: dict, config: Config):
@@ -255,17 +267,7 @@ def minibatch_rows(batch: dict, trajectory: Trajectory, config: Config) -> dict:
     every transition ``[T * N, ...]`` (feed-forward), or every chunk of
     ``config.chunk_length`` steps of one env ``[C, L, ...]`` (recurrent), with the
     ``carry`` stored at its first step and ``reset [C, L]``."""
-    if config.memory == "none":
-        return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
-    length = config.chunk_length
-
-    def chunks(x):  # [T, N, ...] -> [N, T / L, L, ...] -> [N * T / L, L, ...]
-        x = jnp.swapaxes(x, 0, 1)
-        return x.reshape((-1, length) + x.shape[2:])
-
-    batch = jax.tree.map(chunks, {**batch, "reset": rollout.episode_starts(trajectory.done)})
-    batch["carry"] = jax.tree.map(lambda c: chunks(c)[:, 0], trajectory.extras["carry"])
-    return batch
+    return onpolicy.data_path(config).minibatch_rows(batch, trajectory, config.chunk_length)
 
 
 def update(state: State, trajectory: Trajectory, key: jax.Array, config: Config):
@@ -309,31 +311,18 @@ def update(state: State, trajectory: Trajectory, key: jax.Array, config: Config)
     return state, metrics
 
 
-def step(state: State, key: jax.Array, config: Config):
-    """One iteration: collect ``num_steps x num_envs`` steps, then :func:`update`."""
-    collect_key, update_key = jax.random.split(key)
-    state, trajectory = onpolicy.collect(state, state.params, collect_key, config)
-    state, metrics = update(state, trajectory, update_key, config)
-    state = onpolicy.update_obs_stats(state, trajectory, config)
-    metrics.update(rollout.episode_metrics(trajectory), timesteps=state.timesteps)
-    return state, metrics
-
-
-def program(config: Config) -> loop.Program:
-    """The run as a :class:`jaxrl.loop.Program` (for :mod:`jaxrl.workflow.runner`'s chunked training)."""
-    return onpolicy.program(init, step, config)
-
-
-algorithm = Algorithm(
-    name="ppo",
-    Config=Config,
-    init=init,
-    act=act,
-    initial_carry=initial_carry,
-    update=update,
-    step=step,
-    program=program,
-    presets=PRESETS,
+algorithm = onpolicy.Learner(init, update).algorithm(
+    "ppo",
+    Config,
+    PRESETS,
     summary="Proximal Policy Optimization: clipped surrogate, GAE, minibatch epochs; discrete, continuous, memory",
 )
-__getattr__ = algorithm.module_getattr(__name__)  # ppo.train, ppo.preset: the record's
+__getattr__ = algorithm.module_getattr(__name__)  # ppo.step, ppo.train, ppo.preset: the record's
+
+
+def policy_and_value(params: dict, obs, config: Config, carry=(), reset=None):
+    """Deprecated: :func:`jaxrl.algorithms.onpolicy.policy_and_value`, the family's."""
+    warnings.warn(
+        "ppo.policy_and_value is jaxrl.algorithms.onpolicy.policy_and_value", DeprecationWarning, stacklevel=2
+    )
+    return onpolicy.policy_and_value(params, obs, config, carry, reset)
