@@ -142,35 +142,26 @@ def test_jit_vmap_over_seeds_and_a_swept_hyperparameter_compile_once():
         np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-4)
 
 
-def test_runner_and_command_line(tmp_path, capsys):
-    result = runner.run("ppo_es", SMALL, seeds=2, chunk_iterations=1, logdir=str(tmp_path / "run"))
-    assert np.asarray(result.metrics["timesteps"]).shape == (2, SMALL.num_iterations)
-    assert result.completed == SMALL.num_iterations and (tmp_path / "run" / "metrics.csv").exists()
-    # The CartPole preset (its inner PPO: 8 envs x 32 steps), shrunk to 2 generations.
-    code = cli.main(
-        [
-            "train",
-            "ppo_es",
-            "--env",
-            "CartPole-v1",
-            "--env-param",
-            "max_steps_in_episode=8",
-            "--total-timesteps",
-            str(2 * (2 * 1 * 256 + 3 * 1 * 8)),
-            "--set",
-            "ppo_iterations=1",
-            "--set",
-            "fitness_episodes=1",
-            "--set",
-            "ppo.num_epochs=2",
-            "--set",
-            "ppo.hidden_sizes=8",
-            "--no-progress",
-            "--no-cache",
-        ]
-    )
-    assert code in (0, None)
-    assert "ppo_es on CartPole-v1" in capsys.readouterr().out
+# The inner PPO's options carry over: a GRU policy on Pendulum's continuous actions.
+COMMAND = ["train", "ppo_es", "--env", "Pendulum-v1", "--env-param", "max_steps_in_episode=8"]
+COMMAND += ["--total-timesteps", "1048", "--set", "ppo_iterations=1", "--set", "fitness_episodes=1"]
+for setting in ("num_envs=2", "num_steps=8", "num_minibatches=2", "hidden_sizes=8", "memory=gru", "memory_size=4"):
+    COMMAND += ["--set", f"ppo.{setting}"]
+
+
+def test_command_line_and_runner(tmp_path, capsys):
+    """The command line, then the runner by name on the same config (which reuses the
+    compiled program); the members keep the GRU's memory in the PPO state, and act
+    takes it from initial_carry."""
+    assert cli.main([*COMMAND, "--no-progress", "--no-cache"]) in (0, None)
+    assert "ppo_es on Pendulum-v1" in capsys.readouterr().out
+    config = cli.make_config(ppo_es.algorithm, cli.build_parser().parse_args(COMMAND))
+    assert config.ppo.memory == "gru" and config.num_iterations == 1048 // (2 * 16 + 3 * 8)
+    result = runner.run("ppo_es", config, logdir=str(tmp_path / "run"))
+    assert result.completed == config.num_iterations and (tmp_path / "run" / "metrics.csv").exists()
+    params = jax.tree.map(lambda x: x[0], result.state.params)
+    action, carry = ppo_es.act(params, jnp.zeros((5, 3)), ppo_es.initial_carry(config, 5), jax.random.key(1), config)
+    assert action.shape == (5, 1) and jax.tree.leaves(carry)[0].shape == (5, 4)
 
 
 @pytest.mark.parametrize(

@@ -58,7 +58,7 @@ from jaxrl.config import freeze_mapping, require_int, require_range, static
 class Config:
     """PPO-ES settings: the population around the centre, and the inner PPO's (a part)."""
 
-    env_id: str = static("CartPole-v1")
+    env_id: str = static("CartPole-v1")  # the inner PPO's too
     env_kwargs: Any = static(())  # EnvParams overrides, e.g. {"max_steps_in_episode": 200}
     ppo: ppo.Config = struct.field(default_factory=ppo.Config)  # the inner PPO; env and budget are set from here
     population_size: int = static(2)  # members per generation, in mirrored pairs (even)
@@ -66,8 +66,8 @@ class Config:
     fitness_episodes: int = static(4)  # deterministic episodes that score each member and the centre
     total_timesteps: int = static(1_000_000)  # at most: every member's training steps and fitness episodes
     num_evals: int = static(10)  # deterministic evaluations of the centre over the run
-    eval_episodes: int = static(10)
-    num_reports: int = static(50)
+    eval_episodes: int = static(10)  # episodes of each of those evaluations
+    num_reports: int = static(50)  # `train`'s progress reports (the runner reports between chunks)
     sigma: float = 0.02  # std of the weights' perturbation (traced); RLlib's PPO-ES used 0.02
 
     def __post_init__(self):
