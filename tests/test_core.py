@@ -63,6 +63,18 @@ def tiny_config(name: str):
             eval_episodes=1,
             num_reports=0,
         )
+    if name == "ppo_es":
+        return module.Config(
+            ppo=algorithms.get("ppo").Config(num_steps=8, **TINY),
+            population_size=2,
+            ppo_iterations=1,
+            fitness_episodes=1,
+            env_kwargs={"max_steps_in_episode": 16},
+            total_timesteps=80,
+            num_evals=1,
+            eval_episodes=1,
+            num_reports=0,
+        )
     if name == "bc":
         return module.Config(
             num_updates=4, batch_size=4, hidden_sizes=(8,), num_evals=1, eval_episodes=1, num_reports=0

@@ -25,6 +25,7 @@ BUILT_IN = {
     name: f"jaxrl.algorithms.{name}"
     for name in (
         "ppo",
+        "ppo_es",
         "a2c",
         "reinforce",
         "impala",

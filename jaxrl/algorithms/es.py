@@ -201,6 +201,14 @@ def centered_ranks(fitness: jax.Array) -> jax.Array:
     return rank / (size - 1) - 0.5
 
 
+def mirrored_population(mean: jax.Array, key: jax.Array, population_size: int, sigma):
+    """Mirrored (antithetic) samples around ``mean [D]``: ``(population [P, D], noise [P // 2, D])``
+    with member ``i < P // 2`` at ``mean + sigma * noise_i`` and member ``P // 2 + i`` at
+    ``mean - sigma * noise_i`` (the layout :func:`es_gradient` reads); ``P`` is even."""
+    noise = jax.random.normal(key, (population_size // 2, mean.shape[0]))
+    return mean + sigma * jnp.concatenate([noise, -noise]), noise
+
+
 def es_gradient(noise: jax.Array, shaped_fitness: jax.Array, sigma) -> jax.Array:
     """The ES estimate of the gradient of the expected (shaped) fitness at the mean.
 
@@ -268,8 +276,7 @@ def ask(state: State, key: jax.Array, config: Config):
     OpenAI-ES's ``[P // 2, D]`` eps (``()`` for evosax's strategies)."""
     flat, _ = _flat(state.params)
     if config.strategy == "openai_es":
-        noise = jax.random.normal(key, (config.population_size // 2, flat.shape[0]))
-        population = flat + config.sigma * jnp.concatenate([noise, -noise])
+        population, noise = mirrored_population(flat, key, config.population_size, config.sigma)
         return population, noise, state
     strategy, strategy_params = _evosax_strategy(config, flat.shape[0])
     population, strategy_state = strategy.ask(key, state.strategy_state, strategy_params)
