@@ -198,7 +198,7 @@ def _origin(function) -> str:
     owner = getattr(function, "__self__", None)
     if owner is not None and not inspect.ismodule(owner):  # a bound method: its class's
         return f"{type(owner).__module__}.{type(owner).__qualname__}.{function.__name__}"
-    return f"{function.__module__}.{function.__qualname__}"
+    return f"{function.__module__}.{function.__qualname__.split('.<locals>')[0]}"  # a closure: its maker
 
 
 def _xref(target: str) -> list[nodes.Node]:
