@@ -116,6 +116,27 @@ class Program(NamedTuple):
     restart_envs: Callable | None = None
 
 
+def config_program(config, init: Callable, step: Callable, evaluate: Callable, /, **facts) -> Program:
+    """The :class:`Program` of a run that a Config describes: ``init(key, config)``, then
+    ``config.num_iterations`` iterations of ``step(state, key, config)`` (or, given
+    ``iteration``, of ``iteration(state, key, index)``), ``evaluate(params, key, config)``
+    at ``config.num_evals`` points and ``config.num_reports`` progress reports, toward a
+    ``budget`` of ``config.total_timesteps``. ``facts`` overrides any of these or sets
+    :class:`Program`'s other fields."""
+    return Program(
+        **{
+            "init": lambda key, inputs: init(key, config),
+            "iteration": lambda state, key, index: step(state, key, config),
+            "evaluate": lambda params, key: evaluate(params, key, config),
+            "num_iterations": config.num_iterations,
+            "num_evals": config.num_evals,
+            "num_reports": config.num_reports,
+            "budget": getattr(config, "total_timesteps", 0),
+            **facts,
+        }
+    )
+
+
 def iterate(program: Program, state, run_key: jax.Array, start, length: int):
     """Run iterations ``start .. start + length - 1`` of ``program``.
 

@@ -887,15 +887,7 @@ def evaluate(params: dict, key: jax.Array, config: Config) -> evaluation.EvalRes
 
 def program(config: Config) -> loop.Program:
     """The run as a :class:`jaxrl.loop.Program` (for :mod:`jaxrl.workflow.runner`'s chunked training)."""
-    return loop.Program(
-        init=lambda key, inputs: init(key, config),
-        iteration=lambda state, key, index: step(state, key, config),
-        evaluate=functools.partial(evaluate, config=config),
-        num_iterations=config.num_iterations,
-        num_evals=config.num_evals,
-        num_reports=config.num_reports,
-        budget=config.total_timesteps,
-    )
+    return loop.config_program(config, init, step, evaluate)
 
 
 algorithm = Algorithm(

@@ -257,13 +257,13 @@ def program(config: Config) -> loop.Program:
     """The run as a :class:`jaxrl.loop.Program`: ``init`` on its ``inputs`` (the dataset,
     read from ``config.dataset_path`` on the host unless one is passed in) then
     ``num_updates`` of :func:`step`, counted in ``updates``."""
-    return loop.Program(
+    return loop.config_program(
+        config,
+        init,
+        step,
+        evaluate,
         init=lambda key, dataset: init(key, config, dataset),
-        iteration=lambda state, key, index: step(state, key, config),
-        evaluate=functools.partial(evaluate, config=config),
         num_iterations=config.num_updates,
-        num_evals=config.num_evals,
-        num_reports=config.num_reports,
         counter="updates",
         budget=config.num_updates,
         inputs=functools.partial(load_config_dataset, config),

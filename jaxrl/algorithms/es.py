@@ -433,17 +433,8 @@ def evaluate(params: dict, key: jax.Array, config: Config) -> evaluation.EvalRes
 
 def program(config: Config) -> loop.Program:
     """The run as a :class:`jaxrl.loop.Program` (for :mod:`jaxrl.workflow.runner`'s chunked training)."""
-    return loop.Program(
-        init=lambda key, inputs: init(key, config),
-        iteration=lambda state, key, index: step(state, key, config),
-        evaluate=lambda params, key: evaluate(params, key, config),
-        num_iterations=config.num_iterations,
-        num_evals=config.num_evals,
-        num_reports=config.num_reports,
-        budget=config.total_timesteps,
-        # Every generation starts fresh episodes: no env state outlives a step, host env or not.
-        resumable=True,
-    )
+    # Every generation starts fresh episodes: no env state outlives a step, host env or not.
+    return loop.config_program(config, init, step, evaluate, resumable=True)
 
 
 algorithm = Algorithm(

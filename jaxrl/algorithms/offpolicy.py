@@ -432,14 +432,12 @@ class Learner(NamedTuple):
             )
             return loop.run_if(~warmup, lambda carry: self.step(carry[0], key, config), (state, metrics))
 
-        return loop.Program(
-            init=lambda key, inputs: self.init(key, config),
+        return loop.config_program(
+            config,
+            self.init,
+            self.step,
+            functools.partial(evaluation.evaluate_config, self.act, self.initial_carry),
             iteration=iteration,
-            evaluate=functools.partial(evaluation.evaluate_config, self.act, self.initial_carry, config=config),
-            num_iterations=config.num_iterations,
-            num_evals=config.num_evals,
-            num_reports=config.num_reports,
-            budget=config.total_timesteps,
             resumable=not envs.steps_on_host(config.env_id),
             restart_envs=lambda state, key: rollout.restart(state, *make_env(config), key, config.num_envs),
         )

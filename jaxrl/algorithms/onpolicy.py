@@ -690,14 +690,11 @@ def program(init: Callable, step: Callable, config) -> loop.Program:
     """The :class:`jaxrl.loop.Program` of an on-policy algorithm: ``init(key, config)``,
     then ``num_iterations`` of ``step(state, key, config)``, evaluated deterministically
     at ``config.num_evals`` points."""
-    return loop.Program(
-        init=lambda key, inputs: init(key, config),
-        iteration=lambda state, key, index: step(state, key, config),
-        evaluate=lambda params, key: evaluate(params, key, config),
-        num_iterations=config.num_iterations,
-        num_evals=config.num_evals,
-        num_reports=config.num_reports,
-        budget=config.total_timesteps,
+    return loop.config_program(
+        config,
+        init,
+        step,
+        evaluate,
         resumable=not envs.steps_on_host(config.env_id),
         restart_envs=lambda state, key: rollout.restart(state, *make_env(config), key, config.num_envs),
     )

@@ -250,15 +250,7 @@ def training_episodes(inner: dict) -> dict:
 
 def program(config: Config) -> loop.Program:
     """The run as a :class:`jaxrl.loop.Program` (for :mod:`jaxrl.workflow.runner`'s chunked training)."""
-    return loop.Program(
-        init=lambda key, inputs: init(key, config),
-        iteration=lambda state, key, index: step(state, key, config),
-        evaluate=lambda params, key: evaluate(params, key, config),
-        num_iterations=config.num_iterations,
-        num_evals=config.num_evals,
-        num_reports=config.num_reports,
-        budget=config.total_timesteps,
-    )
+    return loop.config_program(config, init, step, evaluate)
 
 
 algorithm = Algorithm(
