@@ -374,14 +374,6 @@ def make_config(record, args):
         raise UsageError(str(error)) from None
 
 
-def _last_finite(values):
-    import numpy as np
-
-    values = np.asarray(values, dtype=np.float64)
-    finite = values[np.isfinite(values)]
-    return float(finite[-1]) if finite.size else math.nan
-
-
 def train_command(args) -> int:
     import numpy as np
 
