@@ -123,18 +123,16 @@ def config_program(config, init: Callable, step: Callable, evaluate: Callable, /
     at ``config.num_evals`` points and ``config.num_reports`` progress reports, toward a
     ``budget`` of ``config.total_timesteps``. ``facts`` overrides any of these or sets
     :class:`Program`'s other fields."""
-    return Program(
-        **{
-            "init": lambda key, inputs: init(key, config),
-            "iteration": lambda state, key, index: step(state, key, config),
-            "evaluate": lambda params, key: evaluate(params, key, config),
-            "num_iterations": config.num_iterations,
-            "num_evals": config.num_evals,
-            "num_reports": config.num_reports,
-            "budget": getattr(config, "total_timesteps", 0),
-            **facts,
-        }
-    )
+    defaults = {
+        "init": lambda: lambda key, inputs: init(key, config),
+        "iteration": lambda: lambda state, key, index: step(state, key, config),
+        "evaluate": lambda: lambda params, key: evaluate(params, key, config),
+        "num_iterations": lambda: config.num_iterations,
+        "num_evals": lambda: config.num_evals,
+        "num_reports": lambda: config.num_reports,
+        "budget": lambda: config.total_timesteps,
+    }  # each read only where ``facts`` does not give it (BC's run counts updates, not env steps)
+    return Program(**{name: default() for name, default in defaults.items() if name not in facts}, **facts)
 
 
 def iterate(program: Program, state, run_key: jax.Array, start, length: int):
