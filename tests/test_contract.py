@@ -1,0 +1,85 @@
+"""The algorithm contract as code: every registered name gives a record with the contract's
+functions, Configs hold at most 30 fields, modules build their record rather than
+re-export names, and a user's own record is served like a built-in one."""
+
+import ast
+import dataclasses
+import importlib
+import pathlib
+import sys
+
+import pytest
+
+from jaxrl import algorithms
+from jaxrl.algorithms.contract import FUNCTIONS, Algorithm
+
+ALGORITHMS_DIR = pathlib.Path(__file__).parent.parent / "jaxrl" / "algorithms"
+
+
+@pytest.mark.parametrize("name", algorithms.names())
+def test_every_name_gives_a_record_with_the_contract(name):
+    record = algorithms.get(name)
+    assert isinstance(record, Algorithm) and record.name == name and record.summary
+    assert all(callable(getattr(record, function)) for function in FUNCTIONS)
+    module = importlib.import_module(algorithms.BUILT_IN[name])
+    assert module.algorithm is record and algorithms.resolve(module) is record
+    assert module.Config is record.Config and module.train is record.train  # the module reads as the contract
+    assert len(dataclasses.fields(record.Config)) <= 30, [f.name for f in dataclasses.fields(record.Config)]
+    for env_id, settings in record.presets.items():
+        assert isinstance(settings, dict) and isinstance(env_id, str)
+
+
+def test_no_algorithm_module_re_exports_names():
+    """A variant module defines what differs and builds its record: no ``__all__`` lists,
+    no importing another algorithm's functions by name."""
+    for path in sorted(ALGORITHMS_DIR.glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        tree = ast.parse(path.read_text())
+        assigned = {
+            name.id
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            for name in ast.walk(node)
+            if isinstance(name, ast.Name) and isinstance(name.ctx, ast.Store)
+        }
+        assert "__all__" not in assigned, path.name
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("jaxrl.algorithms."):
+                module = node.module.removeprefix("jaxrl.algorithms.")
+                imported = {alias.name for alias in node.names}
+                assert module in ("contract",) or len(imported) <= 3, f"{path.name} imports {sorted(imported)}"
+
+
+def test_a_users_record_is_registered_and_refused_twice():
+    ppo = algorithms.get("ppo")
+    mine = ppo.variant("my_ppo", ppo.Config, {"CartPole-v1": {"num_envs": 8}}, summary="PPO under another name")
+    try:
+        assert algorithms.register(mine) is mine
+        assert algorithms.get("my_ppo") is mine and "my_ppo" in algorithms.names()
+        assert algorithms.get("my_ppo").preset("CartPole-v1").num_envs == 8
+        with pytest.raises(ValueError, match="already registered"):
+            algorithms.register(mine)
+        with pytest.raises(ValueError, match="already registered"):
+            algorithms.register(ppo.variant("dqn", ppo.Config))  # a built-in name
+    finally:
+        algorithms._REGISTERED.pop("my_ppo", None)
+    with pytest.raises(TypeError, match="Algorithm record"):
+        algorithms.register(ppo.Config)
+    with pytest.raises(ValueError, match="unknown algorithm 'ppp'. Did you mean 'ppo'"):
+        algorithms.get("ppp")
+
+
+def test_old_names_warn_and_still_work():
+    with pytest.warns(DeprecationWarning, match="jaxrl.algorithms.names"):
+        assert algorithms.ALGORITHMS == tuple(algorithms.names())
+    sys.modules.pop("jaxrl.runner", None)  # warn again, whoever imported the old path before
+    with pytest.warns(DeprecationWarning, match="jaxrl.runner moved to jaxrl.workflow.runner"):
+        old = importlib.import_module("jaxrl.runner")
+    from jaxrl.workflow import runner
+
+    assert old.run is runner.run
+    from jaxrl import envs
+
+    with pytest.warns(DeprecationWarning, match="jaxrl.algorithms.requirements"):
+        assert envs.MULTI_DISCRETE_ALGORITHMS
