@@ -1,4 +1,4 @@
-"""SAC and PPO with gSDE (SAC's ``sde=GSDE(...)``, PPO's ``use_sde=True``) on gymnax's MountainCarContinuous-v0, at
+"""SAC and PPO with gSDE (``sde=GSDE(...)``) on gymnax's MountainCarContinuous-v0, at
 rl-baselines3-zoo's settings for the task translated to our Config fields, several seeds
 vmapped in one program; prints each seed's deterministic evaluation returns over the run.
 
@@ -23,8 +23,8 @@ then anneals the learning rate and runs 300k steps, which ``SETTINGS`` undoes he
   ``anneal_lr=False``), ``ent_coef``, ``clip_range`` (``clip_eps``), ``gae_lambda``,
   ``max_grad_norm``, ``vf_coef`` as given; no value clipping (``clip_range_vf`` unset);
   Stable-Baselines3's default 64x64 tanh network; ``log_std_init`` is
-  ``sde_log_std_init``, and the matrix is drawn at each 8-step rollout's start
-  (``sde_sample_freq=8``). ``ortho_init=False`` has no counterpart (our layers start
+  ``sde.log_std_init``, and the matrix is drawn at each 8-step rollout's start
+  (``sde.sample_freq=8``). ``ortho_init=False`` has no counterpart (our layers start
   orthogonal).
 """
 
