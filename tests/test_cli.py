@@ -116,8 +116,9 @@ def test_set_chooses_a_part_then_its_fields():
     """``--set exploration=ou`` picks TD3's Ornstein-Uhlenbeck noise, whose own fields
     (not the default Gaussian's) ``--set exploration.sigma`` then reaches; setting a field
     of SAC's optional gSDE part turns it on at its other defaults."""
-    from jaxrl.algorithms import sac, td3
+    from jaxrl.algorithms import get, sac, td3
     from jaxrl.exploration import GSDE, OrnsteinUhlenbeck
+    from jaxrl.value_heads import Categorical
     from jaxrl.workflow.cli import build_parser, make_config
 
     args = build_parser().parse_args(["train", "td3", "--set", "exploration=ou", "--set", "exploration.sigma=1"])
@@ -126,3 +127,10 @@ def test_set_chooses_a_part_then_its_fields():
     assert make_config(sac, args).sde == GSDE(sample_freq=8)
     args = build_parser().parse_args(["train", "sac", "--env", "MountainCarContinuous-v0", "--set", "sde=none"])
     assert make_config(sac, args).sde is None  # the preset's gSDE turned off
+    for algorithm in ("sac", "ppo"):  # an optional part switched on at its defaults
+        args = build_parser().parse_args(
+            ["train", algorithm, "--env", "Pendulum-v1", "--no-preset", "--set", "sde=true"]
+        )
+        assert make_config(get(algorithm), args).sde == GSDE()
+    args = build_parser().parse_args(["train", "dqn", "--variant", "rainbow", "--set", "head.v_max=200"])
+    assert make_config(get("dqn"), args).head == Categorical(v_max=200.0)  # the variant's part, then its field

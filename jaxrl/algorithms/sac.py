@@ -81,6 +81,8 @@ class Config(actor_critic.Config):
     target_entropy: Any = None  # None: -|A| (continuous), 0.5 log |A| (discrete)
 
     def __post_init__(self):
+        if isinstance(self.sde, bool):  # the command line's switch
+            object.__setattr__(self, "sde", GSDE() if self.sde else None)
         if self.sde is not None and not isinstance(self.sde, GSDE):
             raise ValueError(f"sde must be a jaxrl.exploration.GSDE or None, got {self.sde!r}")
         super().__post_init__()

@@ -304,6 +304,8 @@ def parse_overrides(config_cls, pairs, algorithm: str) -> dict:
     ``exploration.end=0.01``) -> Config overrides, each value parsed as its field's
     default's type (tuples as ``64,64``). Raises UsageError for an unknown field or a value
     that does not parse."""
+    from jaxrl.config import optional_part
+
     fields = _settable(config_cls)
     overrides = {}
     for name, text in pairs:
@@ -312,7 +314,10 @@ def parse_overrides(config_cls, pairs, algorithm: str) -> dict:
             continue
         if name not in fields:
             raise UsageError(f"unknown config field {name!r} for {algorithm}; fields: {', '.join(sorted(fields))}")
-        overrides[name] = _parse_value(text, fields[name][0], name)
+        default = fields[name][0]
+        if default is None and optional_part(config_cls, name) is not None:  # SAC's sde: parsed as a part's switch
+            default = optional_part(config_cls, name)()
+        overrides[name] = _parse_value(text, default, name)
     return overrides
 
 
