@@ -46,13 +46,40 @@ def part(cls):
     Config needs (static ones with :func:`static`), held by one Config field. The part's
     class is the choice (it changes the program); its traced fields trace like a
     Config's. A part validates its own fields in ``__post_init__`` (static ones) and
-    ``check_traced()`` (traced ones, called by the algorithm's ``init``)."""
-    return struct.dataclass(cls)
+    ``check_traced()`` (traced ones, called by the algorithm's ``init``). Only declared
+    parts load from JSON (:func:`from_json`), so a ``run.json`` cannot name any other class."""
+    cls = struct.dataclass(cls)
+    PARTS[f"{cls.__module__}.{cls.__qualname__}"] = cls
+    return cls
+
+
+# Every part declared so far, by "<module>.<qualname>": what from_json may build.
+PARTS: dict[str, type] = {}
 
 
 def is_part(value) -> bool:
     """Whether ``value`` is a part (a dataclass instance held by a Config field)."""
     return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
+def choose_part(config, field: str, choices: dict, optional: bool = False) -> None:
+    """Set ``config.<field>`` (from a Config's ``__post_init__``) from what it was given:
+    a part of one of ``choices``' classes (``{shorthand: part class}``) as it is, a
+    shorthand as that class's defaults; with ``optional``, ``None``, ``False`` or
+    ``"none"`` as None and ``True`` as the first choice's defaults (the command line's
+    switch). ValueError, naming the field and what it takes, for anything else."""
+    value = getattr(config, field)
+    if optional and (value is None or value is False or (isinstance(value, str) and value == "none")):
+        value = None
+    elif optional and value is True:
+        value = next(iter(choices.values()))()
+    elif isinstance(value, str) and value in choices:
+        value = choices[value]()
+    if not (value is None and optional) and not isinstance(value, tuple(choices.values())):
+        allowed = ", ".join(f"{cls.__module__}.{cls.__qualname__}" for cls in choices.values())
+        shorthands = ", ".join(repr(name) for name in choices) + (", True, False or None" if optional else "")
+        raise ValueError(f"{field} must be one of {allowed} (or {shorthands}), got {value!r}")
+    object.__setattr__(config, field, value)
 
 
 def check_traced_parts(config) -> None:
@@ -61,7 +88,10 @@ def check_traced_parts(config) -> None:
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
         if is_part(value) and hasattr(value, "check_traced"):
-            value.check_traced()
+            try:
+                value.check_traced()
+            except ValueError as error:  # the part names its own field: name it by its path
+                raise ValueError(f"{field.name}.{error}") from None
 
 
 def optional_part(config, name: str) -> type | None:
@@ -158,13 +188,24 @@ def fields_to_json(config) -> dict:
 
 def from_json(value):
     """The value :func:`to_json` gave: parts rebuilt from their class's import path,
-    lists as tuples."""
+    lists as tuples. A part must be declared with :func:`part`: one of jaxrl's own (its
+    module is imported on demand) or of a module already imported; any other name is a
+    ValueError, so JSON data never chooses what code runs."""
     if isinstance(value, list):
         return tuple(from_json(item) for item in value)
     if isinstance(value, dict) and isinstance(value.get("part"), str):
-        module, _, name = value["part"].rpartition(".")
-        cls = getattr(importlib.import_module(module), name)
-        return cls(**{key: from_json(item) for key, item in value.items() if key != "part"})
+        name = value["part"]
+        if name not in PARTS and name.startswith("jaxrl."):
+            try:
+                importlib.import_module(name.rpartition(".")[0])  # jaxrl's parts declare themselves on import
+            except ImportError:
+                pass
+        if name not in PARTS:
+            raise ValueError(
+                f"unknown part {name!r}: only classes declared with jaxrl.config.part load (import the module "
+                "that declares it first)"
+            )
+        return PARTS[name](**{key: from_json(item) for key, item in value.items() if key != "part"})
     if isinstance(value, dict):
         return {key: from_json(item) for key, item in value.items()}
     return value

@@ -83,3 +83,14 @@ def test_old_names_warn_and_still_work():
 
     with pytest.warns(DeprecationWarning, match="jaxrl.algorithms.requirements"):
         assert envs.MULTI_DISCRETE_ALGORITHMS
+
+
+def test_run_json_builds_only_declared_parts():
+    """A saved run's config names its parts by class; loading it builds declared parts
+    only, never a class the JSON merely names."""
+    from jaxrl.config import from_json, to_json
+    from jaxrl.exploration import OrnsteinUhlenbeck
+
+    assert from_json(to_json(OrnsteinUhlenbeck(sigma=0.3))) == OrnsteinUhlenbeck(sigma=0.3)
+    with pytest.raises(ValueError, match="unknown part 'subprocess.run'"):
+        from_json({"part": "subprocess.run", "args": ["true"]})

@@ -344,9 +344,9 @@ def test_bad_static_config_is_a_clear_error(overrides, field):
 @pytest.mark.parametrize(
     "overrides, field",
     [
-        (dict(prioritized=Prioritized(alpha=1.5)), "alpha"),
-        (dict(prioritized=Prioritized(alpha=-0.1)), "alpha"),
-        (dict(exploration=EpsilonGreedy(end=1.5)), "end"),
+        (dict(prioritized=Prioritized(alpha=1.5)), r"prioritized\.alpha must lie in"),
+        (dict(prioritized=Prioritized(alpha=-0.1)), r"prioritized\.alpha must lie in"),
+        (dict(exploration=EpsilonGreedy(end=1.5)), r"exploration\.end must lie in"),
         (dict(gamma=1.5), "gamma"),
         (dict(tau=0.0), "tau"),
         (dict(learning_rate=0.0), "learning_rate"),

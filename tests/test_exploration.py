@@ -72,5 +72,5 @@ def test_bad_exploration_settings_are_clear_errors():
     config = ddpg.Config(**OU)
     with pytest.warns(DeprecationWarning, match="exploration.step"):
         ddpg.ou_noise(jnp.zeros((2, 1)), jax.random.key(0), config)
-    with pytest.raises(ValueError, match="theta"):
+    with pytest.raises(ValueError, match=r"exploration\.theta must lie in"):
         ddpg.init(jax.random.key(0), ddpg.Config(exploration=OrnsteinUhlenbeck(theta=0.0)))

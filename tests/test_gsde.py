@@ -259,10 +259,10 @@ def test_bad_gsde_settings_are_clear_errors():
     with pytest.raises(ValueError, match="sample_freq must be an integer >= 0"):
         GSDE(sample_freq=-1)
     for algo, config in ((ppo, PPO), (sac, SAC)):
-        with pytest.raises(ValueError, match="log_std_init"):
+        with pytest.raises(ValueError, match=r"sde\.log_std_init must lie in"):
             algo.init(jax.random.key(0), with_sde(config, log_std_init=math.nan))
-        with pytest.raises(ValueError, match="sde must be a jaxrl.exploration.GSDE"):
-            algo.Config(env_id="Pendulum-v1", sde="gsde")
+        with pytest.raises(ValueError, match="sde must be one of jaxrl.exploration.GSDE"):
+            algo.Config(env_id="Pendulum-v1", sde="state-dependent please")
     with pytest.raises(ValueError, match="sde.log_std_init"):
         ppo.preset("Pendulum-v1", sde=GSDE())  # its log_std_init belongs to the state-independent Gaussian
     with pytest.raises(TypeError, match="sde"):  # a multi-agent Config has no gSDE

@@ -123,3 +123,41 @@ def test_no_module_imports_a_deprecated_path():
         for target in imported(source, path, {f"jaxrl.{m}" for m in moved})
     )
     assert not offenders, offenders
+
+
+# Modules that import by a computed name, each a lookup by design; any other computed
+# import would hide an edge from the graph above.
+COMPUTED_IMPORTS = {
+    "jaxrl": "the lazy submodules of jaxrl/__init__.py",
+    "jaxrl.algorithms": "get() imports a built-in algorithm's module by its registry name",
+    "jaxrl.config": "from_json imports a part's jaxrl module by the name a run.json gives",
+    "jaxrl.envs": "the deprecated names that moved to jaxrl.algorithms.requirements",
+    "jaxrl.envs.registry": "a suite's adapter module, imported when its prefix is first used",
+}
+# Modules that reach their own package, and why; no other module may.
+OWN_PACKAGE = {
+    "jaxrl.algorithms.dqn": "the deprecated dqn.r2d2 finds R2D2 through the registry (r2d2 imports dqn)",
+}
+
+
+def test_computed_imports_are_the_known_lookups():
+    found = set()
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "attr", getattr(node.func, "id", None)) == "import_module"
+                and node.args
+                and not isinstance(node.args[0], ast.Constant)
+            ):
+                found.add(name)
+    assert found == set(COMPUTED_IMPORTS), found ^ set(COMPUTED_IMPORTS)
+
+
+def test_no_module_imports_its_own_package():
+    offenders = {
+        name
+        for name, targets in graph().items()
+        if name.rpartition(".")[0] in targets and name.rpartition(".")[0] != "jaxrl"
+    }
+    assert offenders == set(OWN_PACKAGE), offenders ^ set(OWN_PACKAGE)

@@ -356,7 +356,7 @@ def test_bad_static_config_is_a_clear_error(module, overrides, message):
     [
         (ddpg, dict(tau=0.0), "tau"),
         (td3, dict(gamma=1.5), "gamma"),
-        (td3, dict(exploration=Gaussian(std=-0.1)), "std"),
+        (td3, dict(exploration=Gaussian(std=-0.1)), r"exploration\.std must lie in"),
         (sac, dict(learning_rate=-1e-3), "learning_rate"),
         (sac, dict(alpha=0.0), "alpha"),
     ],

@@ -390,7 +390,10 @@ def test_bad_memory_settings_are_clear_errors(overrides, message):
 
 
 def test_bad_traced_memory_settings_are_clear_errors():
-    bad = {"eta": dict(prioritized=r2d2.PrioritizedWindows(eta=1.5)), "eps": dict(head=value_heads.Rescaled(eps=-1.0))}
+    bad = {
+        r"prioritized\.eta must lie in": dict(prioritized=r2d2.PrioritizedWindows(eta=1.5)),
+        r"head\.eps must lie in": dict(head=value_heads.Rescaled(eps=-1.0)),
+    }
     for field, overrides in bad.items():
         with pytest.raises(ValueError, match=field):
             r2d2.init(jax.random.key(0), CONFIG.replace(**overrides))

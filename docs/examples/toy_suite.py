@@ -90,8 +90,9 @@ def make(name: str, **overrides):
 envs.register("toy:", make, check=check, replace=True)
 
 
-def train_ppo(seed: int = 0):
-    """PPO on ``toy:Corridor-5``: every algorithm takes a registered env id."""
+def train_ppo(seeds: int = 4):
+    """PPO on ``toy:Corridor-5`` for ``seeds`` seeds at once: every algorithm takes a
+    registered env id."""
     config = ppo.Config(
         env_id="toy:Corridor-5",
         num_envs=4,
@@ -103,4 +104,5 @@ def train_ppo(seed: int = 0):
         eval_episodes=4,
         num_reports=0,
     )
-    return jax.jit(ppo.train)(jax.random.key(seed), config)
+    keys = jax.random.split(jax.random.key(0), seeds)
+    return jax.jit(jax.vmap(ppo.train, in_axes=(0, None)))(keys, config)

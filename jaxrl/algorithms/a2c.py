@@ -91,7 +91,7 @@ algorithm = onpolicy.Learner(init, update).algorithm(
     PRESETS,
     summary="Advantage actor-critic: one gradient step per rollout, GAE(lambda) advantages",
 )
-__getattr__ = algorithm.module_getattr(__name__)
+__getattr__ = algorithm.module_getattr(__name__)  # a2c.step, a2c.train, a2c.preset: the record's
 
 
 def first_episode_mask(trajectory: Trajectory) -> jax.Array:
@@ -101,4 +101,4 @@ def first_episode_mask(trajectory: Trajectory) -> jax.Array:
         DeprecationWarning,
         stacklevel=2,
     )
-    return reinforce.first_episode_mask(trajectory)  # a2c.step, a2c.train, a2c.preset: the record's
+    return reinforce.first_episode_mask(trajectory)

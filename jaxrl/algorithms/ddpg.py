@@ -46,6 +46,7 @@ from flax import struct
 from jaxrl import envs, optim
 from jaxrl.algorithms import actor_critic, offpolicy
 from jaxrl.algorithms.actor_critic import data_path
+from jaxrl.config import choose_part
 from jaxrl.exploration import Gaussian, OrnsteinUhlenbeck
 
 LEARNER_METRICS = ("critic_loss", "actor_loss", "q_mean")
@@ -74,13 +75,7 @@ class Config(actor_critic.Config):
     exploration: Gaussian | OrnsteinUhlenbeck = Gaussian()  # action noise, in units of the half action range
 
     def __post_init__(self):
-        if isinstance(self.exploration, str) and self.exploration in EXPLORATIONS:
-            object.__setattr__(self, "exploration", EXPLORATIONS[self.exploration]())
-        if not isinstance(self.exploration, (Gaussian, OrnsteinUhlenbeck)):
-            raise ValueError(
-                f"exploration must be a jaxrl.exploration.Gaussian or OrnsteinUhlenbeck (or one of "
-                f"{sorted(EXPLORATIONS)}), got {self.exploration!r}"
-            )
+        choose_part(self, "exploration", EXPLORATIONS)
         super().__post_init__()
 
 

@@ -47,6 +47,7 @@ from jaxrl.buffers import prioritized
 from jaxrl.buffers.prioritized import Prioritized
 from jaxrl.config import (
     check_traced_parts,
+    choose_part,
     freeze_mapping,
     require_int,
     require_network,
@@ -59,25 +60,6 @@ from jaxrl.networks import QNetwork
 
 LEARNER_METRICS = ("loss", "q_mean", "td_abs")
 EXPLORATIONS = {"epsilon_greedy": EpsilonGreedy, "apex": ApeXEpsilons, "noisy": NoisyNets}
-
-
-def choose_part(config, field: str, choices: dict, optional: bool = False) -> None:
-    """Set ``config.<field>`` from a shorthand: a name in ``choices`` (``{name: part
-    class}``) becomes that part with its defaults; with ``optional``, True becomes the
-    first choice's part and False None. ValueError, naming the field and what it
-    takes, unless the field then holds one of the choices' parts (or None, optional)."""
-    value = getattr(config, field)
-    if optional and (value is False or value is None):
-        value = None
-    elif optional and value is True:
-        value = next(iter(choices.values()))()
-    elif isinstance(value, str) and value in choices:
-        value = choices[value]()
-    if not (value is None and optional) and not isinstance(value, tuple(choices.values())):
-        allowed = ", ".join(f"{cls.__module__}.{cls.__qualname__}" for cls in choices.values())
-        shorthands = ", ".join(repr(name) for name in choices) + (", True, False or None" if optional else "")
-        raise ValueError(f"{field} must be one of {allowed} (or {shorthands}), got {value!r}")
-    object.__setattr__(config, field, value)
 
 
 @struct.dataclass

@@ -115,7 +115,7 @@ def check_normalization(config) -> None:
     """ValueErrors for ``normalize_observations`` / ``scale_rewards`` settings that
     cannot work (called from an off-policy Config's ``__post_init__``)."""
     if config.scale_rewards and getattr(config, "multi_agent", False):
-        raise ValueError("scale_rewards is not supported with multi_agent=True (rewards are per agent)")
+        raise ValueError("scale_rewards is not supported with several agents (rewards are per agent)")
 
 
 def init_params(params: dict, config) -> dict:

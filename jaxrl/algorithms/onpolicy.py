@@ -36,6 +36,7 @@ from jaxrl.algorithms import requirements
 from jaxrl.algorithms.contract import Algorithm
 from jaxrl.config import (
     check_traced_parts,
+    choose_part,
     freeze_mapping,
     require_choice,
     require_int,
@@ -130,6 +131,7 @@ class Config:
         require_range(self, "max_grad_norm", 0.0, float("inf"), low_open=True)
         for field in ("ent_coef", "vf_coef"):
             require_range(self, field, 0.0, float("inf"))
+        check_traced_parts(self)
 
 
 @struct.dataclass
@@ -141,14 +143,11 @@ class SingleAgent:
     sde: GSDE | None = None  # gSDE exploration (continuous actions): noise z(s) @ theta
 
     def __post_init__(self):
-        if isinstance(self.sde, bool):  # the command line's switch
-            object.__setattr__(self, "sde", GSDE() if self.sde else None)
+        choose_part(self, "sde", {"gsde": GSDE}, optional=True)
         super().__post_init__()
         require_choice(self, "scale_rewards", (True, False))
         if self.sde is None:
             return
-        if not isinstance(self.sde, GSDE):
-            raise ValueError(f"sde must be a jaxrl.exploration.GSDE or None, got {self.sde!r}")
         spec = envs.config_spec(self)
         if not spec.continuous:
             raise ValueError(
@@ -381,7 +380,6 @@ def init(key: jax.Array, config, updates_per_iteration: int) -> State:
     """Network, optimiser and ``num_envs`` freshly reset envs. Checks the traced fields
     (the Config's and its parts')."""
     config.check_traced()
-    check_traced_parts(config)
     env, env_params = make_env(config)
     spec = envs.config_spec(config)
     network_key, env_key = jax.random.split(key)

@@ -52,7 +52,7 @@ from flax import struct
 from jaxrl import envs, networks, optim
 from jaxrl.algorithms import actor_critic, offpolicy, requirements
 from jaxrl.algorithms.actor_critic import data_path
-from jaxrl.config import require_range, static
+from jaxrl.config import choose_part, require_range, static
 from jaxrl.distributions import Categorical, StateDependentNoise, TanhNormal, mask_actions
 from jaxrl.exploration import GSDE
 from jaxrl.networks import QNetwork, ensemble
@@ -81,10 +81,7 @@ class Config(actor_critic.Config):
     target_entropy: Any = None  # None: -|A| (continuous), 0.5 log |A| (discrete)
 
     def __post_init__(self):
-        if isinstance(self.sde, bool):  # the command line's switch
-            object.__setattr__(self, "sde", GSDE() if self.sde else None)
-        if self.sde is not None and not isinstance(self.sde, GSDE):
-            raise ValueError(f"sde must be a jaxrl.exploration.GSDE or None, got {self.sde!r}")
+        choose_part(self, "sde", {"gsde": GSDE}, optional=True)
         super().__post_init__()
 
     def check_actions(self) -> envs.EnvSpec:

@@ -34,7 +34,7 @@ from flax import struct
 from jaxrl import envs, value_heads
 from jaxrl.algorithms import dqn
 from jaxrl.algorithms.contract import Algorithm
-from jaxrl.config import part, static
+from jaxrl.config import choose_part, part, static
 from jaxrl.exploration import EpsilonGreedy
 
 
@@ -144,7 +144,7 @@ class Config(dqn.Config):
     multi_agent = True  # the env's agents as a batch axis and as replay lanes
 
     def __post_init__(self):
-        dqn.choose_part(self, "mixer", MIXERS)
+        choose_part(self, "mixer", MIXERS)
         super().__post_init__()  # AgentBatch refuses a single-agent env
         agent_steps = self.iteration_steps * envs.config_num_agents(self)
         if self.buffer_size < agent_steps:

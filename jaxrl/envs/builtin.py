@@ -21,12 +21,6 @@ def masked(env_id: str, indices, **overrides):
     return MaskObservation(env, indices), params
 
 
-# CartPole's observation is [x, x_dot, theta, theta_dot]: positions without velocities.
-register("MaskedCartPole-v1", functools.partial(masked, "CartPole-v1", (0, 2)))
-# Pendulum's observation is [cos theta, sin theta, theta_dot]: the angle without its velocity.
-register("MaskedPendulum-v1", functools.partial(masked, "Pendulum-v1", (0, 1)))
-
-
 def register_builtins() -> None:
     """Register every built-in prefix and id (``replace``: importing twice is harmless)."""
     for suite in ADAPTERS:

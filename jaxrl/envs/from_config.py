@@ -19,7 +19,7 @@ def _make(env_id: str, env_kwargs: tuple, agent_view: tuple | None):
 
 def make_config_env(config):
     """``(env, env_params)`` of an algorithm config: :func:`make` of its ``env_id`` and
-    ``env_kwargs`` or, where the config's ``agent_view`` is set (``multi_agent=True``:
+    ``env_kwargs`` or, where the config's ``agent_view`` is set (a multi-agent config:
     ``(agent_id, global_state)``), the :class:`jaxrl.envs.multiagent.AgentBatch` view of
     that multi-agent env, whose agents are a batch axis."""
     return _make(config.env_id, config.env_kwargs, _agent_view(config))

@@ -194,7 +194,7 @@ def _same_spec(a: EnvSpec, b: EnvSpec) -> bool:
 class MultiAgentSpec:
     """Static facts about a multi-agent env, built by :func:`spec`.
 
-    ``agent_specs[agent]`` is that agent's :class:`jaxrl.EnvSpec` (observation
+    ``agent_specs[agent]`` is that agent's :class:`jaxrl.envs.EnvSpec` (observation
     struct, action kind, number of actions, mask, ...); ``global_state`` the
     ``jax.ShapeDtypeStruct`` of the global state; ``homogeneous`` whether every agent
     has the same spaces, so their observations and actions stack into ``[A, ...]``.
@@ -222,7 +222,7 @@ class MultiAgentSpec:
 
     @property
     def agent(self) -> EnvSpec:
-        """The one :class:`jaxrl.EnvSpec` every agent shares; ValueError if they differ."""
+        """The one :class:`jaxrl.envs.EnvSpec` every agent shares; ValueError if they differ."""
         if not self.homogeneous:
             raise ValueError(_heterogeneous_message(self.agents))
         return self.agent_specs[self.agents[0]]
@@ -324,8 +324,8 @@ class AgentBatch:
     def __init__(self, env: MultiAgentEnv, agent_id: bool = False, global_state: bool = False, params=None):
         if not getattr(env, "multi_agent", False):
             raise ValueError(
-                f"{env.name} is a single-agent env; the multi-agent algorithms (ippo, mappo, iql, vdn, or "
-                "multi_agent=True) need a multi-agent one (jaxmarl:<id>, MultiAgentClimbing-v0)"
+                f"{env.name} is a single-agent env; the multi-agent algorithms (ippo, mappo, iql, vdn) "
+                "need a multi-agent one (jaxmarl:<id>, MultiAgentClimbing-v0)"
             )
         self.agent_spec = spec(env, params)
         self.agent_spec.agent  # noqa: B018 -- raises for heterogeneous agents, naming them
@@ -416,7 +416,7 @@ class AgentBatch:
 
 def make_agent_batch(env_id: str, agent_id: bool = False, global_state: bool = False, **env_kwargs):
     """``(AgentBatch(env, agent_id, global_state), env_params)`` for ``env_id`` made by
-    :func:`jaxrl.envs.make`: how an algorithm config with ``multi_agent=True`` makes its env."""
+    :func:`jaxrl.envs.make`: how a multi-agent algorithm's config makes its env."""
     env, params = make(env_id, **env_kwargs)
     return AgentBatch(env, agent_id, global_state, params), params
 

@@ -151,7 +151,7 @@ def spec(env, env_params) -> EnvSpec:
     if getattr(env, "multi_agent", False):  # its spaces are per agent: see jaxrl.envs.multiagent.spec
         raise ValueError(
             f"{env.name} is a multi-agent env (agents {list(env.agents)}), which single-agent algorithms cannot "
-            "train: use ippo, mappo, iql or vdn (or multi_agent=True in ppo or a2c)"
+            "train: use ippo, mappo, iql or vdn (or an on-policy Config with jaxrl.algorithms.onpolicy.MultiAgent)"
         )
     observation_space = env.observation_space(env_params)
     observation = observation_struct(observation_space)

@@ -42,11 +42,8 @@ def _parse_value(text: str, default, field: str):
             return int(text) if text.strip().lstrip("+-").isdigit() else float(text)
         if isinstance(default, tuple):
             return tuple(int(part) for part in text.replace(" ", "").split(",") if part)
-        if dataclasses.is_dataclass(default):  # a part: "none", a switch, or a shorthand the Config reads
-            lowered = text.strip().lower()
-            if lowered == "none":
-                return None
-            return {"true": True, "false": False}.get(lowered, text)
+        if dataclasses.is_dataclass(default):  # a part: a switch, or a shorthand the Config reads ("none" too)
+            return {"true": True, "false": False}.get(text.strip().lower(), text.strip())
         return text
     except ValueError:
         kind = "a number or 'none'" if default is None else type(default).__name__

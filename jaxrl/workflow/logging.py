@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from jaxrl.loop import sink  # the channel itself is the loop's
+from jaxrl.loop import report, sink  # noqa: F401 - the channel is the loop's; both stay importable here
 from jaxrl.workflow.metrics import COUNTERS
 
 
