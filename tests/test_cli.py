@@ -117,6 +117,7 @@ def test_set_chooses_a_part_then_its_fields():
     (not the default Gaussian's) ``--set exploration.sigma`` then reaches; setting a field
     of SAC's optional gSDE part turns it on at its other defaults."""
     from jaxrl.algorithms import get, sac, td3
+    from jaxrl.buffers.sequence import Windows
     from jaxrl.exploration import GSDE, OrnsteinUhlenbeck
     from jaxrl.value_heads import Categorical
     from jaxrl.workflow.cli import build_parser, make_config
@@ -134,3 +135,8 @@ def test_set_chooses_a_part_then_its_fields():
         assert make_config(get(algorithm), args).sde == GSDE()
     args = build_parser().parse_args(["train", "dqn", "--variant", "rainbow", "--set", "head.v_max=200"])
     assert make_config(get("dqn"), args).head == Categorical(v_max=200.0)  # the variant's part, then its field
+    # A part's fields are set before the Config's checks, which see windows of 4, not the default 20.
+    small = ["learning_starts=8", "num_envs=1", "num_steps=1", "n_step=1", "buffer_size=64", "batch_size=4"]
+    windows = ["windows.length=4", "windows.burn_in=1", "windows.period=1"]
+    args = build_parser().parse_args(["train", "r2d2", *[w for s in small + windows for w in ("--set", s)]])
+    assert make_config(get("r2d2"), args).windows == Windows(4, 1, 1)

@@ -323,9 +323,9 @@ class _PartField(str):
     (``exploration=ou`` then ``exploration.sigma=1``): parsed once the Config holds it."""
 
 
-def _parse_part_fields(config, values: dict, algorithm: str) -> dict:
-    """``values`` with each :class:`_PartField` parsed as the type of that field of the
-    part ``config`` holds."""
+def _parse_part_fields(config, values: dict, algorithm: str, prefix: str = "") -> dict:
+    """``values`` with each :class:`_PartField` parsed as the type of that field of
+    ``config`` (a Config, or the part at ``prefix``, as ``"exploration."``)."""
     from jaxrl.config import field_paths
 
     fields = field_paths(config)
@@ -333,16 +333,19 @@ def _parse_part_fields(config, values: dict, algorithm: str) -> dict:
     for name, value in values.items():
         if isinstance(value, _PartField):
             if name not in fields:
-                raise UsageError(f"unknown config field {name!r} for {algorithm}; fields: {', '.join(sorted(fields))}")
-            value = _parse_value(str(value), fields[name][0], name)
+                known = ", ".join(prefix + field for field in sorted(fields))
+                raise UsageError(f"unknown config field {prefix + name!r} for {algorithm}; fields: {known}")
+            value = _parse_value(str(value), fields[name][0], prefix + name)
         parsed[name] = value
     return parsed
 
 
 def make_config(record, args):
     """The Config the command line asks for (raises UsageError on bad input): the preset
-    (or the defaults), the variant, the top-level fields, then the parts' fields."""
-    from jaxrl.config import replace_paths
+    (or the defaults), the variant, the top-level fields and the parts' fields, built
+    once, so that every check sees the parts as set. (A part chosen by a shorthand,
+    ``exploration=ou``, is built by the Config; its fields are set after.)"""
+    from jaxrl.config import field_paths, is_part, replace_paths
 
     fields = {f.name: f for f in dataclasses.fields(record.Config)}
     overrides = parse_overrides(record.Config, args.set, args.algorithm)
@@ -367,6 +370,13 @@ def make_config(record, args):
     try:
         if getattr(args, "variant", None):
             overrides = {**record.variants[args.variant], **overrides}
+        settings = {**({} if args.no_preset else record.presets.get(args.env, {})), **overrides}
+        for head in {path.partition(".")[0] for path in in_parts}:
+            base = settings.get(head, field_paths(record.Config)[head][0])
+            if is_part(base):  # a part already: set its fields before the Config checks it
+                mine = {path: in_parts.pop(path) for path in list(in_parts) if path.partition(".")[0] == head}
+                values = {path.partition(".")[2]: value for path, value in mine.items()}
+                overrides[head] = replace_paths(base, _parse_part_fields(base, values, args.algorithm, head + "."))
         if args.no_preset:
             config = record.Config(env_id=args.env, **overrides)
         else:
