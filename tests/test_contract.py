@@ -94,3 +94,11 @@ def test_run_json_builds_only_declared_parts():
     assert from_json(to_json(OrnsteinUhlenbeck(sigma=0.3))) == OrnsteinUhlenbeck(sigma=0.3)
     with pytest.raises(ValueError, match="unknown part 'subprocess.run'"):
         from_json({"part": "subprocess.run", "args": ["true"]})
+
+
+def test_a_variant_with_another_program_trains_that_program():
+    ppo = algorithms.get("ppo")
+    program = lambda config: ppo.program(config)  # noqa: E731 - a stand-in for another data path
+    variant = ppo.variant("other", ppo.Config, program=program)
+    assert variant.program is program and variant.train is not ppo.train and variant.evaluate is ppo.evaluate
+    assert ppo.variant("same", ppo.Config).train is ppo.train  # nothing it is built from changed

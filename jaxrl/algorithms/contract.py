@@ -95,7 +95,12 @@ class Algorithm:
     def variant(self, name: str, Config: type, presets: Mapping | None = None, **changes) -> Algorithm:
         """This algorithm under another name with its own ``Config`` (a subclass whose
         defaults, or constants, make the variant) and presets; ``changes`` replace
-        functions that differ."""
+        functions that differ. ``train`` and ``evaluate`` are built again from a changed
+        ``program`` or ``act`` / ``initial_carry`` unless ``changes`` gives them too."""
+        if "program" in changes:
+            changes.setdefault("train", None)
+        if {"act", "initial_carry"} & changes.keys():
+            changes.setdefault("evaluate", None)
         return dataclasses.replace(self, name=name, Config=Config, presets=presets or {}, **changes)
 
     def module_getattr(self, module: str) -> Callable[[str], Any]:
