@@ -24,9 +24,8 @@ discard it. RLlib ranked by the training episodes' mean return; here the candida
 play deterministic episodes after their PPO iterations, and the old centre competes
 with its members (winning ties, so a centre is re-tested on fresh start states every
 generation), the elitism of Such et al.'s genetic algorithm (2017, arXiv:1712.06567):
-a generation whose PPO updates all went wrong changes nothing. At the CartPole preset's
-budget, ranking by training returns without the centre left 1 of 8 seeds below 475;
-this update, none of 12.
+a generation whose PPO updates all went wrong changes nothing (benchmarks/RESULTS.md's
+PPO-ES section compares the two rankings).
 
 The inner PPO's settings are the ``ppo`` field, a :class:`jaxrl.algorithms.ppo.Config`
 (``--set ppo.learning_rate=1e-3``); its ``env_id`` and ``env_kwargs`` are this Config's,
@@ -122,9 +121,8 @@ class Config:
 PRESETS = {
     # The inner PPO is rl-baselines3-zoo's for CartPole (ppo.PRESETS), its learning rate
     # annealed over the lineage; one mirrored pair, 4 PPO iterations and 4 fitness
-    # episodes a generation, 96 generations (196,608 training steps): in tests/test_ppo_es.py's
-    # learning test's setting, 12 of 12 seeds (4 split from key 0, 8 from key 1) ended at
-    # >= 475, 11 of them at 500.
+    # episodes a generation, 96 generations (196,608 training steps): tests/test_ppo_es.py's
+    # learning test, and benchmarks/RESULTS.md's PPO-ES section.
     "CartPole-v1": dict(
         ppo=ppo.preset("CartPole-v1"),
         population_size=2,
