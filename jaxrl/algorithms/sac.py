@@ -42,7 +42,8 @@ episode's first step and every ``sde.sample_freq`` steps. ::
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -153,12 +154,139 @@ class State:
     carry: Any = ()  # initial_carry's policy state for ``obs``, leaves [num_envs, ...]; () without any
 
 
+# ----------------------------------------------------------------------------- the policy kind, chosen once
+
+
+class PolicyKind(NamedTuple):
+    """What differs between SAC's continuous (tanh-Gaussian) and discrete (categorical)
+    policies, each a function: :func:`policy_kind` picks one from ``discrete``, once, and
+    the losses and :func:`act` call its entries without asking which it is.
+
+    Attributes:
+      action_dim: ``action_dim(spec)``, the policy's output size: the unit action's
+        entries, or the number of actions.
+      actor: ``actor(config)``, the policy network (:func:`make_actor`).
+      critic: ``critic(config)``, the twin critics (:func:`make_critic`).
+      default_target_entropy: ``default_target_entropy(action_dim)``, the target entropy
+        unless ``config.target_entropy`` sets it.
+      zero_actions: ``zero_actions(config)``, ``num_envs`` actions as the replay stores them.
+      critic_reads_action: whether a critic reads an action beside the observation.
+      distribution: ``distribution(out, inputs, config) -> (distribution, noise)`` from the
+        actor's output ``out`` at ``inputs`` (:func:`policy_distribution_and_noise`).
+      q_values: ``q_values(critic_params, inputs, action, config)`` (:func:`q_values`).
+      soft_values: ``soft_values(dist, critic_params, critic_in, key, config) ->
+        (E_pi[min_i Q_i], E_pi[log pi])`` (:func:`_soft_values`).
+      taken_action_values: ``taken_action_values(config)``, the critics' values of the
+        stored actions for :func:`jaxrl.algorithms.actor_critic.critic_loss` (None: its
+        continuous default).
+      env_action: ``env_action(action, config)``, the env's action for the policy's.
+    """
+
+    action_dim: Callable
+    actor: Callable
+    critic: Callable
+    default_target_entropy: Callable
+    zero_actions: Callable
+    critic_reads_action: bool
+    distribution: Callable
+    q_values: Callable
+    soft_values: Callable
+    taken_action_values: Callable
+    env_action: Callable
+
+
+def _gaussian_actor(config: Config):
+    kind = "gaussian" if config.sde is None else "state_dependent"
+    return data_path(config).actor(_action_dim(config), kind, config)
+
+
+def _tanh_gaussian(out, inputs, config: Config):
+    if config.sde is not None:
+        loc, features, sde_log_std = out
+        noise = StateDependentNoise(features, sde_log_std)
+        return TanhNormal(loc, noise.scale()), noise
+    loc, log_std = out
+    return TanhNormal(loc, jnp.exp(log_std)), None
+
+
+def _sampled_soft_values(dist, critic_params, critic_in, key: jax.Array, config: Config):
+    """One reparameterised sample of the policy."""
+    action, log_prob = dist.sample_and_log_prob(key)
+    return jnp.min(q_values(critic_params, critic_in, action, config), axis=0), log_prob
+
+
+TANH_GAUSSIAN = PolicyKind(
+    action_dim=lambda spec: math.prod(spec.action_shape),
+    actor=_gaussian_actor,
+    critic=lambda config: data_path(config).critic(2, config),
+    default_target_entropy=lambda action_dim: -float(action_dim),
+    zero_actions=lambda config: jnp.zeros((config.num_envs,) + envs.config_spec(config).action_shape, jnp.float32),
+    critic_reads_action=True,
+    distribution=_tanh_gaussian,
+    q_values=lambda critic_params, inputs, action, config: data_path(config).head(
+        make_critic(config), critic_params, inputs, action
+    ),
+    soft_values=_sampled_soft_values,
+    taken_action_values=lambda config: None,
+    env_action=actor_critic.env_action,
+)
+
+
+def _categorical_critic(config: Config):
+    network, hidden_sizes, activation = config.network, config.hidden_sizes, config.activation
+    obs_ndim = envs.config_spec(config).obs_ndim
+    return ensemble(QNetwork, 2)(_action_dim(config), network, hidden_sizes, activation, obs_ndim)
+
+
+def _categorical(out, inputs, config: Config):
+    if envs.config_spec(config).action_mask:
+        out = mask_actions(out, inputs[envs.ACTION_MASK])
+    return Categorical(out), None
+
+
+def _exact_soft_values(dist, critic_params, critic_in, key: jax.Array, config: Config):
+    """The exact sums over actions."""
+    q = jnp.min(q_values(critic_params, critic_in, None, config), axis=0)  # [B, A]
+    probs, log_probs = dist.probs(), jax.nn.log_softmax(dist.logits)
+    return jnp.sum(probs * q, axis=-1), jnp.sum(probs * log_probs, axis=-1)
+
+
+def _categorical_taken_action_values(config: Config):
+    def q_of_action(critic_params, inputs, action):
+        q = q_values(critic_params, inputs, None, config)  # [2, B, A]
+        return jnp.sum(q * jax.nn.one_hot(action, q.shape[-1], dtype=q.dtype), axis=-1)
+
+    return q_of_action
+
+
+CATEGORICAL = PolicyKind(
+    action_dim=lambda spec: spec.num_actions,
+    actor=lambda config: data_path(config).actor(_action_dim(config), "categorical", config),
+    critic=_categorical_critic,
+    default_target_entropy=lambda action_dim: 0.5 * math.log(action_dim),  # half the uniform policy's
+    zero_actions=lambda config: jnp.zeros(config.num_envs, jnp.int32),
+    critic_reads_action=False,
+    distribution=_categorical,
+    q_values=lambda critic_params, inputs, action, config: data_path(config).head(
+        make_critic(config), critic_params, inputs
+    ),
+    soft_values=_exact_soft_values,
+    taken_action_values=_categorical_taken_action_values,
+    env_action=lambda action, config: action,
+)
+
+
+def policy_kind(config: Config) -> PolicyKind:
+    """:data:`CATEGORICAL` with ``discrete``, else :data:`TANH_GAUSSIAN`: the one place
+    SAC asks."""
+    return CATEGORICAL if config.discrete else TANH_GAUSSIAN
+
+
 # ----------------------------------------------------------------------------- set-up
 
 
 def _action_dim(config: Config) -> int:
-    spec = envs.config_spec(config)
-    return spec.num_actions if config.discrete else math.prod(spec.action_shape)
+    return policy_kind(config).action_dim(envs.config_spec(config))
 
 
 def make_actor(config: Config):
@@ -166,11 +294,7 @@ def make_actor(config: Config):
     observation (any pytree of leaves), a Gaussian (with ``sde`` its mean, features
     and gSDE log-std) or (``discrete``) categorical head; with ``memory`` a
     :class:`jaxrl.networks.RecurrentActor` (:attr:`jaxrl.algorithms.actor_critic.DataPath.actor`)."""
-    if config.discrete:
-        kind = "categorical"
-    else:
-        kind = "gaussian" if config.sde is None else "state_dependent"
-    return data_path(config).actor(_action_dim(config), kind, config)
+    return policy_kind(config).actor(config)
 
 
 def make_critic(config: Config):
@@ -179,11 +303,7 @@ def make_critic(config: Config):
     continuous critic encodes the observation (the ``network``'s convolutions for image
     leaves; flattened for ``"mlp"``), concatenates the action and applies dense layers.
     With ``memory`` a :class:`jaxrl.networks.RecurrentContinuousQ` (one encoder, twin heads)."""
-    if config.discrete:
-        network, hidden_sizes, activation = config.network, config.hidden_sizes, config.activation
-        obs_ndim = envs.config_spec(config).obs_ndim
-        return ensemble(QNetwork, 2)(_action_dim(config), network, hidden_sizes, activation, obs_ndim)
-    return data_path(config).critic(2, config)
+    return policy_kind(config).critic(config)
 
 
 def target_entropy(config: Config) -> jax.Array:
@@ -191,22 +311,17 @@ def target_entropy(config: Config) -> jax.Array:
     ``0.5 log(num_actions)`` (half the uniform policy's entropy) for discrete ones."""
     if config.target_entropy is not None:
         return jnp.asarray(config.target_entropy, jnp.float32)
-    if config.discrete:
-        return jnp.asarray(0.5 * math.log(_action_dim(config)), jnp.float32)
-    return jnp.asarray(-float(_action_dim(config)), jnp.float32)
+    return jnp.asarray(policy_kind(config).default_target_entropy(_action_dim(config)), jnp.float32)
 
 
 def init(key: jax.Array, config: Config) -> State:
     """Actor, twin critics and their targets, the temperature, optimisers, an empty
     buffer, ``num_envs`` reset envs and their policy state (:func:`initial_carry`)."""
     config.check_traced()
-    if config.discrete:
-        action = jnp.zeros(config.num_envs, jnp.int32)
-    else:
-        action = jnp.zeros((config.num_envs,) + envs.config_spec(config).action_shape, jnp.float32)
-    carry = initial_carry(config, config.num_envs)
+    kind, carry = policy_kind(config), initial_carry(config, config.num_envs)
+    action = kind.zero_actions(config)
     fields = actor_critic.start(
-        key, config, make_actor(config), make_critic(config), action, carry, critic_reads_action=not config.discrete
+        key, config, make_actor(config), make_critic(config), action, carry, kind.critic_reads_action
     )
     actor_params, critic_params = fields["params"]["actor"], fields["critic_params"]
     if config.sde is not None:
@@ -245,16 +360,7 @@ def policy_distribution_and_noise(actor_params, inputs, config: Config):
     :class:`jaxrl.distributions.StateDependentNoise` of its scale (the actor's features
     at ``inputs``); None without."""
     out = data_path(config).head(make_actor(config), actor_params, inputs)
-    if config.discrete:
-        if envs.config_spec(config).action_mask:
-            out = mask_actions(out, inputs[envs.ACTION_MASK])
-        return Categorical(out), None
-    if config.sde is not None:
-        loc, features, sde_log_std = out
-        noise = StateDependentNoise(features, sde_log_std)
-        return TanhNormal(loc, noise.scale()), noise
-    loc, log_std = out
-    return TanhNormal(loc, jnp.exp(log_std)), None
+    return policy_kind(config).distribution(out, inputs, config)
 
 
 def q_values(critic_params, inputs, action: jax.Array | None, config: Config) -> jax.Array:
@@ -262,8 +368,7 @@ def q_values(critic_params, inputs, action: jax.Array | None, config: Config) ->
     observations ``[B, ...]`` (with ``memory``: the critics' encoder features ``[...,
     memory_size]``, values ``[2, ...]``), or with ``discrete`` every action's ``[2, B,
     num_actions]`` (``action`` unused)."""
-    action_inputs = () if config.discrete else (action,)
-    return data_path(config).head(make_critic(config), critic_params, inputs, *action_inputs)
+    return policy_kind(config).q_values(critic_params, inputs, action, config)
 
 
 def initial_carry(config: Config, batch_size: int):
@@ -306,9 +411,7 @@ def act(params: dict, obs: jax.Array, carry, key: jax.Array, config: Config, det
         action, carry = jnp.tanh(dist.loc + noise.noise(matrix)), {**carry, SDE: sde}
     else:
         action = dist.sample(key)
-    if config.discrete:
-        return action, carry
-    return actor_critic.env_action(action, config), carry
+    return policy_kind(config).env_action(action, config), carry
 
 
 # ----------------------------------------------------------------------------- learning
@@ -320,12 +423,7 @@ def _soft_values(actor_params, critic_params, actor_in, critic_in, key, config: 
     actions for discrete ones. ``actor_in`` / ``critic_in``: the observations, or with
     ``memory`` each network's encoder features."""
     dist = policy_distribution(actor_params, actor_in, config)
-    if config.discrete:
-        q = jnp.min(q_values(critic_params, critic_in, None, config), axis=0)  # [B, A]
-        probs, log_probs = dist.probs(), jax.nn.log_softmax(dist.logits)
-        return jnp.sum(probs * q, axis=-1), jnp.sum(probs * log_probs, axis=-1)
-    action, log_prob = dist.sample_and_log_prob(key)
-    return jnp.min(q_values(critic_params, critic_in, action, config), axis=0), log_prob
+    return policy_kind(config).soft_values(dist, critic_params, critic_in, key, config)
 
 
 def critic_target(
@@ -346,27 +444,15 @@ def critic_target(
     return actor_critic.td_target(data_path(config).steps(batch, config), next_q - alpha * next_log_prob)
 
 
-def _taken_action_values(config: Config):
-    """With ``discrete``, the critics' values ``[2, B]`` of the stored actions ``[B]``
-    (every action's values, the stored one's picked); else None, the continuous default
-    of :func:`jaxrl.algorithms.actor_critic.critic_loss`."""
-    if not config.discrete:
-        return None
-
-    def q_of_action(critic_params, inputs, action):
-        q = q_values(critic_params, inputs, None, config)  # [2, B, A]
-        return jnp.sum(q * jax.nn.one_hot(action, q.shape[-1], dtype=q.dtype), axis=-1)
-
-    return q_of_action
-
-
 def critic_loss(critic_params, target: jax.Array, batch: dict, config: Config):
     """Squared error of both critics against ``target [B]`` (with ``memory`` ``[L -
     burn_in, B]``, the critics re-run over the windows), averaged over the batch and
     summed over critics (:func:`jaxrl.algorithms.actor_critic.critic_loss`). Returns
     ``(loss, q_mean)``."""
     critic = make_critic(config)
-    return actor_critic.critic_loss(critic, critic_params, target, batch, config, _taken_action_values(config))
+    return actor_critic.critic_loss(
+        critic, critic_params, target, batch, config, policy_kind(config).taken_action_values(config)
+    )
 
 
 def actor_loss(actor_params, critic_params, alpha: jax.Array, batch: dict, key: jax.Array, config: Config):
