@@ -113,6 +113,11 @@ class Normal:
     def mode(self):
         return self.loc
 
+    def at_noise(self, noise: jax.Array) -> jax.Array:
+        """The action ``loc + noise`` for a given displacement ``noise [..., A]`` (gSDE's
+        ``z(s) @ theta``, :meth:`StateDependentNoise.noise`)."""
+        return self.loc + noise
+
 
 def _log_one_minus_tanh_sq(x):
     """``log(1 - tanh(x)^2)``, computed stably as ``2 (log 2 - x - softplus(-2x))``."""
@@ -153,6 +158,11 @@ class TanhNormal:
 
     def mode(self):
         return jnp.tanh(self.loc)
+
+    def at_noise(self, noise: jax.Array) -> jax.Array:
+        """The action ``tanh(loc + noise)`` for a given displacement ``noise [..., A]``
+        before the squash (gSDE's ``z(s) @ theta``, :meth:`StateDependentNoise.noise`)."""
+        return jnp.tanh(self.loc + noise)
 
 
 @struct.dataclass

@@ -6,7 +6,9 @@ For value-based agents, the probability of a random action per env lane:
 per-actor values); :class:`NoisyNets` explores through the network's noise instead.
 For deterministic continuous actors, noise added to the action: :class:`Gaussian` and
 :class:`OrnsteinUhlenbeck`, whose state is carried between steps. For Gaussian policies,
-:class:`GSDE`, state-dependent noise from a matrix drawn per episode.
+:class:`GSDE`, state-dependent noise from a matrix drawn per episode, or without it
+:class:`PolicySampling`, a fresh sample of the policy at every step
+(:func:`policy_exploration` picks one from a Config's ``sde``).
 
 Each part's traced numbers are pytree leaves of the Config (sweepable); its static ones
 fix the program.
@@ -17,8 +19,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxrl import networks
 from jaxrl.config import part, require_int, require_range, static
-from jaxrl.distributions import sde_initial_carry, sde_next_matrix
+from jaxrl.distributions import StateDependentNoise, sde_initial_carry, sde_next_matrix
 
 # ----------------------------------------------------------------------------- random actions
 
@@ -146,6 +149,9 @@ class GSDE:
     sample_freq: int = static(0)  # steps between draws of theta; 0: once per episode
     log_std_init: float = -2.0  # Stable-Baselines3's default
 
+    state_dependent_std = True  # jaxrl.networks.ActorCritic's: the scale from the features and a learned log-std
+    actor_kind = "state_dependent"  # jaxrl.networks.Actor's: (loc, features, log-std)
+
     def __post_init__(self):
         require_int(self, "sample_freq", 0)
 
@@ -159,3 +165,81 @@ class GSDE:
     def next_matrix(self, carry: dict, key: jax.Array):
         """``(unit matrix [B, F, A], carry)`` for this step (:func:`jaxrl.distributions.sde_next_matrix`)."""
         return sde_next_matrix(carry, key, self.sample_freq)
+
+    def initial_params(self, params) -> dict:
+        """The network's parameters ``params`` with the learned log-std at ``log_std_init``
+        (:func:`jaxrl.networks.fill_param`: it may be traced)."""
+        return networks.fill_param(params, networks.SDE_LOG_STD, self.log_std_init)
+
+    def distribution(self, out, family: type):
+        """``(family(loc, scale), noise)`` from the actor's output ``out = (loc [..., A],
+        features [..., F], log_std [F, A])``: ``family`` (:class:`jaxrl.distributions.Normal`
+        or ``TanhNormal``) with the state-dependent scale of ``noise``, the
+        :class:`jaxrl.distributions.StateDependentNoise` that acting adds."""
+        loc, features, log_std = out
+        noise = StateDependentNoise(features, log_std)
+        return family(loc, noise.scale()), noise
+
+    def first_step(self, noise: StateDependentNoise) -> StateDependentNoise:
+        """The noise of a sequence of one step (features ``[1, ..., F]``) at that step."""
+        return noise.replace(features=noise.features[0])
+
+    def act(self, distribution, noise: StateDependentNoise, carry: dict, key: jax.Array, deterministic: bool = False):
+        """``(action, carry)``: the distribution's mode if ``deterministic`` (``carry``
+        unchanged), else its action at the noise ``z(s) @ theta`` of this step's matrix
+        (:meth:`next_matrix`; ``distribution.at_noise``), and the matrices' state after it."""
+        if deterministic:
+            return distribution.mode(), carry
+        matrix, carry = self.next_matrix(carry, key)
+        return distribution.at_noise(noise.noise(matrix)), carry
+
+    def join(self, memory, carry: dict) -> dict:
+        """A policy's carry holding its ``memory`` and the matrices' state ``carry``:
+        ``{"memory": memory, "sde": carry}``."""
+        return {"memory": memory, "sde": carry}
+
+    def split(self, policy_carry: dict):
+        """``(memory, matrices' state)`` of a carry made by :meth:`join`."""
+        return policy_carry["memory"], policy_carry["sde"]
+
+
+class PolicySampling:
+    """How a policy explores without gSDE (a Config's ``sde=None``): a fresh sample of its
+    distribution at every step, with no state. It has :class:`GSDE`'s methods, so that
+    acting and building the policy are written once for both (:func:`policy_exploration`)."""
+
+    state_dependent_std = False  # jaxrl.networks.ActorCritic's: a learned log-std per action
+    actor_kind = "gaussian"  # jaxrl.networks.Actor's: (loc, log_std)
+
+    def initial_carry(self, batch_size: int, num_features: int, action_dim: int):
+        """No state: ``()``."""
+        return ()
+
+    def initial_params(self, params) -> dict:
+        return params
+
+    def distribution(self, out, family: type):
+        """``(family(loc, exp(log_std)), None)`` from the actor's ``out = (loc [..., A],
+        log_std)``, the scale broadcast to ``loc``'s shape."""
+        loc, log_std = out
+        return family(loc, jnp.broadcast_to(jnp.exp(log_std), loc.shape)), None
+
+    def first_step(self, noise: None) -> None:
+        return noise
+
+    def act(self, distribution, noise: None, carry, key: jax.Array, deterministic: bool = False):
+        """``(the distribution's mode if deterministic, else a sample; carry)``."""
+        return (distribution.mode() if deterministic else distribution.sample(key)), carry
+
+    def join(self, memory, carry):
+        """A policy's carry: its ``memory`` alone."""
+        return memory
+
+    def split(self, policy_carry):
+        return policy_carry, ()
+
+
+def policy_exploration(sde: GSDE | None) -> GSDE | PolicySampling:
+    """How a Gaussian policy explores: ``sde`` (:class:`GSDE`), or without it (None)
+    :class:`PolicySampling`. The one place a Config's ``sde`` is asked about."""
+    return PolicySampling() if sde is None else sde

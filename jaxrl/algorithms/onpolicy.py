@@ -44,9 +44,9 @@ from jaxrl.config import (
     require_range,
     static,
 )
-from jaxrl.distributions import Categorical, MultiCategorical, Normal, StateDependentNoise, mask_actions
+from jaxrl.distributions import Categorical, MultiCategorical, Normal, mask_actions
 from jaxrl.envs.multiagent import AGENT_ID, GLOBAL_STATE
-from jaxrl.exploration import GSDE
+from jaxrl.exploration import GSDE, policy_exploration
 from jaxrl.networks import ActorCritic
 from jaxrl.types import Trajectory
 
@@ -267,7 +267,7 @@ def make_network(config) -> ActorCritic:
         memory=config.memory,
         memory_size=config.memory_size,
         shared_memory=config.shared_memory,
-        state_dependent_std=config.sde is not None,
+        state_dependent_std=policy_exploration(config.sde).state_dependent_std,
     )
 
 
@@ -330,8 +330,8 @@ def apply_network(network_params, obs, config, carry=(), reset=None):
 
 def _memory(carry, config):
     """The recurrent memory in a policy's carry: the carry itself, or with ``sde`` its
-    ``"memory"`` (beside the gSDE state)."""
-    return carry if config.sde is None else carry["memory"]
+    ``"memory"`` (beside the gSDE state: :meth:`jaxrl.exploration.GSDE.split`)."""
+    return policy_exploration(config.sde).split(carry)[0]
 
 
 def initial_carry(config, batch_size: int):
@@ -342,15 +342,13 @@ def initial_carry(config, batch_size: int):
     ``"memory"`` and the gSDE state as ``"sde"`` (:meth:`jaxrl.exploration.GSDE.initial_carry`:
     the noise matrices ``[batch_size, F, A]`` and their step counters), which
     :func:`act` advances."""
-    path = data_path(config)
+    path, exploration = data_path(config), policy_exploration(config.sde)
     memory = path.initial_memory(config, batch_size)
-    if config.sde is not None:
-        action_dim = envs.config_spec(config).action_shape[0]
-        return {"memory": memory, "sde": config.sde.initial_carry(batch_size, path.num_features(config), action_dim)}
-    if not config.multi_agent:
-        return memory
-    agents = envs.config_num_agents(config)
-    return jax.tree.map(lambda c: jnp.zeros((batch_size, agents) + c.shape[1:], c.dtype), memory)
+    if config.multi_agent:
+        agents = envs.config_num_agents(config)
+        memory = jax.tree.map(lambda c: jnp.zeros((batch_size, agents) + c.shape[1:], c.dtype), memory)
+    sde = exploration.initial_carry(batch_size, path.num_features(config), make_network(config).action_dim)
+    return exploration.join(memory, sde)
 
 
 def make_optimizer(config, updates_per_iteration: int) -> optax.GradientTransformation:
@@ -387,8 +385,7 @@ def init(key: jax.Array, config, updates_per_iteration: int) -> State:
         "network": init_network(network_key, config),
         "obs_stats": envs.observation_stats_init(spec.observation, spec.obs_classes),
     }
-    if config.sde is not None:
-        params["network"] = networks.fill_param(params["network"], networks.SDE_LOG_STD, config.sde.log_std_init)
+    params["network"] = policy_exploration(config.sde).initial_params(params["network"])
     obs, env_state = rollout.reset(env, env_params, env_key, config.num_envs)
     return State(
         params=params,
@@ -431,12 +428,8 @@ def policy_value_and_noise(params: dict, obs: jax.Array, config, carry=(), reset
         return Categorical(policy_out), value, carry, None
     if spec.multi_discrete:
         return MultiCategorical(policy_out, spec.action_nvec), value, carry, None
-    if config.sde is not None:
-        mean, features, sde_log_std = policy_out
-        noise = StateDependentNoise(features, sde_log_std)
-        return Normal(mean, noise.scale()), value, carry, noise
-    mean, log_std = policy_out
-    return Normal(mean, jnp.broadcast_to(jnp.exp(log_std), mean.shape)), value, carry, None
+    distribution, noise = policy_exploration(config.sde).distribution(policy_out, Normal)
+    return distribution, value, carry, noise
 
 
 # ----------------------------------------------------------------------------- the data path: with or without memory
@@ -459,8 +452,7 @@ def _recurrent_step(params: dict, obs, memory, config):
     one_step = jax.tree.map(lambda x: x[None], obs)  # a sequence of one step
     distribution, value, memory, noise = policy_value_and_noise(params, one_step, config, memory)
     distribution, value = jax.tree.map(lambda x: x[0], (distribution, value))
-    noise = None if noise is None else noise.replace(features=noise.features[0])
-    return distribution, value, memory, noise
+    return distribution, value, memory, policy_exploration(config.sde).first_step(noise)
 
 
 def _feed_forward_trajectory(params: dict, trajectory: Trajectory, config):
@@ -574,17 +566,11 @@ def behaviour_step(params: dict, obs: jax.Array, carry, key: jax.Array, config, 
     with ``sde`` is its mean plus the gSDE noise of this step's matrix
     (:meth:`jaxrl.exploration.GSDE.next_matrix`), or is its mode if ``deterministic``
     (the gSDE state then stays as it was); unclipped."""
-    distribution, value, memory, noise = data_path(config).policy_step(params, obs, _memory(carry, config), config)
-    if config.sde is None:
-        action = distribution.mode() if deterministic else distribution.sample(key)
-        return action, distribution, value, memory
-    sde = carry["sde"]
-    if deterministic:
-        action = distribution.mode()
-    else:
-        matrix, sde = config.sde.next_matrix(sde, key)
-        action = distribution.loc + noise.noise(matrix)
-    return action, distribution, value, {"memory": memory, "sde": sde}
+    exploration = policy_exploration(config.sde)
+    memory, sde = exploration.split(carry)
+    distribution, value, memory, noise = data_path(config).policy_step(params, obs, memory, config)
+    action, sde = exploration.act(distribution, noise, sde, key, deterministic)
+    return action, distribution, value, exploration.join(memory, sde)
 
 
 def act(params: dict, obs: jax.Array, carry, key: jax.Array, config, deterministic: bool = False):

@@ -50,12 +50,12 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import envs, networks, optim
+from jaxrl import envs, optim
 from jaxrl.algorithms import actor_critic, offpolicy, requirements
 from jaxrl.algorithms.actor_critic import data_path
 from jaxrl.config import choose_part, require_range, static
-from jaxrl.distributions import Categorical, StateDependentNoise, TanhNormal, mask_actions
-from jaxrl.exploration import GSDE
+from jaxrl.distributions import Categorical, TanhNormal, mask_actions
+from jaxrl.exploration import GSDE, policy_exploration
 from jaxrl.networks import QNetwork, ensemble
 
 LEARNER_METRICS = ("critic_loss", "actor_loss", "alpha_loss", "q_mean", "alpha", "entropy")
@@ -196,17 +196,11 @@ class PolicyKind(NamedTuple):
 
 
 def _gaussian_actor(config: Config):
-    kind = "gaussian" if config.sde is None else "state_dependent"
-    return data_path(config).actor(_action_dim(config), kind, config)
+    return data_path(config).actor(_action_dim(config), policy_exploration(config.sde).actor_kind, config)
 
 
 def _tanh_gaussian(out, inputs, config: Config):
-    if config.sde is not None:
-        loc, features, sde_log_std = out
-        noise = StateDependentNoise(features, sde_log_std)
-        return TanhNormal(loc, noise.scale()), noise
-    loc, log_std = out
-    return TanhNormal(loc, jnp.exp(log_std)), None
+    return policy_exploration(config.sde).distribution(out, TanhNormal)
 
 
 def _sampled_soft_values(dist, critic_params, critic_in, key: jax.Array, config: Config):
@@ -323,10 +317,8 @@ def init(key: jax.Array, config: Config) -> State:
     fields = actor_critic.start(
         key, config, make_actor(config), make_critic(config), action, carry, kind.critic_reads_action
     )
-    actor_params, critic_params = fields["params"]["actor"], fields["critic_params"]
-    if config.sde is not None:
-        actor_params = networks.fill_param(actor_params, networks.SDE_LOG_STD, config.sde.log_std_init)
-        fields["params"] = {**fields["params"], "actor": actor_params}
+    actor_params = policy_exploration(config.sde).initial_params(fields["params"]["actor"])
+    fields["params"], critic_params = {**fields["params"], "actor": actor_params}, fields["critic_params"]
     log_alpha = jnp.log(jnp.asarray(config.alpha, jnp.float32))
     optimizer = actor_critic.make_optimizer(config)
     return State(
@@ -378,10 +370,8 @@ def initial_carry(config: Config, batch_size: int):
     noise matrices ``[batch_size, F, A]``, ``F`` the actor's features, and their step
     counters), so that the rollout resets both where an episode ends; ``()`` without
     either."""
-    carry = offpolicy.initial_carry(config, batch_size)
-    if config.sde is None:
-        return carry
-    sde = config.sde.initial_carry(batch_size, make_actor(config).num_features, _action_dim(config))
+    carry, exploration = offpolicy.initial_carry(config, batch_size), policy_exploration(config.sde)
+    sde = exploration.initial_carry(batch_size, make_actor(config).num_features, _action_dim(config))
     return actor_critic.with_entry(carry, SDE, sde)
 
 
@@ -404,14 +394,9 @@ def act(params: dict, obs: jax.Array, carry, key: jax.Array, config: Config, det
     obs = offpolicy.observe(params, obs, config)
     inputs, carry = data_path(config).encode(make_actor(config), params["actor"], obs, carry, "actor")
     dist, noise = policy_distribution_and_noise(params["actor"], inputs, config)
-    if deterministic:
-        action = dist.mode()
-    elif config.sde is not None:
-        matrix, sde = config.sde.next_matrix(carry[SDE], key)
-        action, carry = jnp.tanh(dist.loc + noise.noise(matrix)), {**carry, SDE: sde}
-    else:
-        action = dist.sample(key)
-    return policy_kind(config).env_action(action, config), carry
+    exploration = policy_exploration(config.sde)
+    action, sde = exploration.act(dist, noise, actor_critic.entry(carry, SDE), key, deterministic)
+    return policy_kind(config).env_action(action, config), actor_critic.with_entry(carry, SDE, sde)
 
 
 # ----------------------------------------------------------------------------- learning
