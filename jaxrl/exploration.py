@@ -3,7 +3,9 @@ one of them, its class the choice and its numbers the settings.
 
 For value-based agents, the probability of a random action per env lane:
 :class:`EpsilonGreedy` (a linear schedule) and :class:`ApeXEpsilons` (Ape-X's fixed
-per-actor values); :class:`NoisyNets` explores through the network's noise instead.
+per-actor values); :class:`NoisyNets` explores through the network's noise instead. All
+three say how the Q-network is built (:meth:`NoisyNets.network_settings`) and draw its
+noise (:meth:`NoisyNets.draw`: None for random actions), so a learner never asks which.
 For deterministic continuous actors, noise added to the action: :class:`Gaussian` and
 :class:`OrnsteinUhlenbeck`, whose state is carried between steps. For Gaussian policies,
 :class:`GSDE`, state-dependent noise from a matrix drawn per episode, or without it
@@ -26,8 +28,20 @@ from jaxrl.distributions import StateDependentNoise, sde_initial_carry, sde_next
 # ----------------------------------------------------------------------------- random actions
 
 
+class RandomActions:
+    """What the parts that explore by random actions share: a network without noise."""
+
+    def network_settings(self) -> dict:
+        """The Q-network's noise settings (:class:`jaxrl.networks.QNetwork`'s): none."""
+        return {}
+
+    def draw(self, key: jax.Array, network, shape: tuple = ()):
+        """No network noise: None, or ``shape[0]`` Nones where several draws are asked for."""
+        return (None,) * shape[0] if shape else None
+
+
 @part
-class EpsilonGreedy:
+class EpsilonGreedy(RandomActions):
     """A uniformly random action with probability epsilon, annealed linearly from
     ``start`` to ``end`` over the first ``fraction`` of the run's env steps, then held."""
 
@@ -47,7 +61,7 @@ class EpsilonGreedy:
 
 
 @part
-class ApeXEpsilons:
+class ApeXEpsilons(RandomActions):
     """Ape-X's actors (Horgan et al., 2018, arXiv:1803.00933): env lane ``i`` of ``N``
     keeps the fixed epsilon ``epsilon ** (1 + alpha * i / (N - 1))`` for the whole run."""
 
@@ -78,6 +92,15 @@ class NoisyNets:
     def epsilons(self, timesteps: jax.Array, total_timesteps: int, num_envs: int) -> jax.Array:
         """Zeros ``[num_envs]``: the noise explores."""
         return jnp.zeros((num_envs,), jnp.float32)
+
+    def network_settings(self) -> dict:
+        """The Q-network's noise settings (:class:`jaxrl.networks.QNetwork`'s): noisy head layers of ``sigma``."""
+        return {"noisy": True, "noisy_sigma": self.sigma}
+
+    def draw(self, key: jax.Array, network, shape: tuple = ()) -> jax.Array:
+        """Standard normal draws ``[*shape, noise_size]`` for ``network`` (a noisy
+        :class:`jaxrl.networks.QNetwork`): ``prod(shape)`` noise samples in one RNG call."""
+        return jax.random.normal(key, shape + (network.noise_size(),))
 
 
 # ----------------------------------------------------------------------------- action noise

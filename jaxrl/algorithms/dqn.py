@@ -43,8 +43,7 @@ from flax import struct
 
 from jaxrl import envs, optim, rollout, value_heads
 from jaxrl.algorithms import offpolicy, requirements
-from jaxrl.buffers import prioritized
-from jaxrl.buffers.prioritized import Prioritized
+from jaxrl.buffers.prioritized import Prioritized, Uniform, replay_priorities
 from jaxrl.config import (
     check_traced_parts,
     choose_part,
@@ -101,6 +100,7 @@ class QLearningConfig(offpolicy.ReplaySchedule):
 
     heads = value_heads.HEADS  # what ``head`` takes
     prioritized_part = Prioritized  # what ``prioritized`` takes (R2D2's sequence priorities add eta)
+    uniform_part = Uniform  # how replay samples with prioritized=None (replay_part)
 
     def __post_init__(self):
         object.__setattr__(self, "env_kwargs", freeze_mapping(self.env_kwargs, "env_kwargs"))
@@ -222,16 +222,17 @@ def env_spec(config: QLearningConfig) -> envs.EnvSpec:
     return envs.config_spec(config)
 
 
-def noisy(config: QLearningConfig) -> bool:
-    """Whether the network's head layers are noisy (``exploration`` is NoisyNets)."""
-    return isinstance(config.exploration, NoisyNets)
+def replay_part(config: QLearningConfig) -> Prioritized | Uniform:
+    """How replay samples: the ``prioritized`` part, or with ``prioritized=None`` the
+    Config's ``uniform_part`` (:func:`jaxrl.buffers.prioritized.replay_priorities`)."""
+    return replay_priorities(config.prioritized, config.uniform_part)
 
 
 def make_network(config: QLearningConfig, memory: str = "none", memory_size: int = 128) -> QNetwork:
-    """The Q-network: ``head.outputs`` per action, dueling and noisy as configured; a
+    """The Q-network: ``head.outputs`` per action, dueling and (by the ``exploration``
+    part's :meth:`~jaxrl.exploration.NoisyNets.network_settings`) noisy as configured; a
     recurrent core of ``memory_size`` units after the torso with ``memory`` (R2D2's)."""
     spec = env_spec(config)
-    noise = dict(noisy=True, noisy_sigma=config.exploration.sigma) if noisy(config) else {}
     return QNetwork(
         num_actions=spec.num_actions,
         network=config.network,
@@ -242,7 +243,7 @@ def make_network(config: QLearningConfig, memory: str = "none", memory_size: int
         num_atoms=config.head.outputs,
         memory=memory,
         memory_size=memory_size,
-        **noise,
+        **config.exploration.network_settings(),
     )
 
 
@@ -293,34 +294,47 @@ def init(key: jax.Array, config: QLearningConfig) -> State:
     params = offpolicy.init_params({"network": network_params}, config)
     action = jax.eval_shape(lambda: act(params, obs, (), rngs["noise"], config, deterministic=True)[0])
     action = jnp.zeros(action.shape, action.dtype)
-    buffer = offpolicy.init_buffer(obs, action, config, config.prioritized is not None)
+    buffer = offpolicy.init_buffer(obs, action, config, replay_part(config).use_priorities)
     return initial_state(network_params, buffer, env_state, obs, (), config)
 
 
 # ----------------------------------------------------------------------------- acting
 
 
-def draw_noise(key: jax.Array, network: QNetwork, shape: tuple = ()) -> jax.Array:
-    """Noisy nets' standard normal draws ``[*shape, noise_size]``: ``prod(shape)``
-    noise samples for the whole ``network``, in one RNG call."""
-    return jax.random.normal(key, shape + (network.noise_size(),))
+def draw_noise(key: jax.Array, config: QLearningConfig, shape: tuple = ()) -> jax.Array:
+    """Deprecated: ``jaxrl.exploration.NoisyNets().draw(key, make_network(config), shape)``,
+    noisy nets' standard normal draws ``[*shape, noise_size]`` (``config.exploration.draw``
+    draws the configured part's: None without noisy nets)."""
+    warnings.warn(
+        "dqn.draw_noise(key, config, shape) is deprecated: use "
+        "jaxrl.exploration.NoisyNets().draw(key, dqn.make_network(config), shape)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return NoisyNets().draw(key, make_network(config), shape)
 
 
 def network_out(network: QNetwork, network_params, obs, noise: jax.Array | None, **recurrent):
     """The network's output (Q-values ``[B, A]``; a head's ``[B, A, outputs]``);
-    ``noise`` is one sample of :func:`draw_noise`, or None for the noise-free network.
-    ``recurrent``: R2D2's ``carry`` and ``reset``, with which it returns ``(out, carry)``."""
+    ``noise`` is one draw of the ``exploration`` part (:meth:`jaxrl.exploration.NoisyNets.draw`),
+    or None for the noise-free network. ``recurrent``: R2D2's ``carry`` and ``reset``,
+    with which it returns ``(out, carry)``."""
     if noise is not None:
         return network.apply(network_params, obs, noise=noise, **recurrent)
     return network.apply(network_params, obs, deterministic=True, **recurrent)
 
 
+def acting_out(network: QNetwork, network_params, obs, config: QLearningConfig, noise_key=None, **recurrent):
+    """:func:`network_out` at observations as the networks read them, with a fresh draw
+    of the ``exploration`` part's network noise from ``noise_key`` (none if None)."""
+    noise = None if noise_key is None else config.exploration.draw(noise_key, network)
+    return network_out(network, network_params, obs, noise, **recurrent)
+
+
 def q_values(params: dict, obs: jax.Array, config: QLearningConfig, noise_key: jax.Array | None = None) -> jax.Array:
     """Action values ``[B, A]`` for raw observations ``[B, *obs_shape]`` (C51: the means)."""
-    network = make_network(config)
-    noise = None if noise_key is None or not noisy(config) else draw_noise(noise_key, network)
-    out = network_out(network, params["network"], offpolicy.observe(params, obs, config), noise)
-    return config.head.q_values(out)
+    obs = offpolicy.observe(params, obs, config)
+    return config.head.q_values(acting_out(make_network(config), params["network"], obs, config, noise_key))
 
 
 def allowed(q: jax.Array, obs, config: QLearningConfig) -> jax.Array:
@@ -355,24 +369,26 @@ def epsilon_greedy(q: jax.Array, obs, keys, config: QLearningConfig, determinist
     return jnp.where(explore, random_action, greedy)
 
 
-def act(
-    params: dict,
-    obs: jax.Array,
-    carry,
-    key: jax.Array,
-    config: QLearningConfig,
-    deterministic: bool = False,
-    epsilon: jax.Array | float = 0.0,
-):
-    """``(action [B], carry)`` for observations ``[B, *obs_shape]``; ``carry`` (``()``)
-    is passed through. For a multi-agent env's agents: observations ``[B, A,
-    *obs_shape]``, actions ``[B, A]``, all agents through one network call.
+def acting(q_values: Callable) -> Callable:
+    """The ``act`` of a Q-learner whose ``q_values(params, obs, carry, config, noise_key)
+    -> (q [B, A], carry)`` (DQN's, R2D2's :func:`jaxrl.algorithms.r2d2.q_values`)."""
 
-    :func:`epsilon_greedy` in the Q-values. Noisy nets draw fresh noise unless
-    ``deterministic``, which also turns epsilon off."""
-    noise_key, explore_key, random_key = jax.random.split(key, 3)
-    q = q_values(params, obs, config, None if deterministic else noise_key)
-    return epsilon_greedy(q, obs, (explore_key, random_key), config, deterministic, epsilon), carry
+    def act(params: dict, obs, carry, key: jax.Array, config, deterministic: bool = False, epsilon=0.0):
+        """``(action [B], carry)`` for observations ``[B, *obs_shape]`` and the policy's
+        memory ``carry`` (``()`` without memory, passed through); the caller resets the
+        returned carry where an episode ends. For a multi-agent env's agents: observations
+        ``[B, A, *obs_shape]``, actions ``[B, A]``, all agents through one network call.
+
+        :func:`epsilon_greedy` in the Q-values. Noisy nets draw fresh noise unless
+        ``deterministic``, which also turns epsilon off."""
+        noise_key, explore_key, random_key = jax.random.split(key, 3)
+        q, carry = q_values(params, obs, carry, config, None if deterministic else noise_key)
+        return epsilon_greedy(q, obs, (explore_key, random_key), config, deterministic, epsilon), carry
+
+    return act
+
+
+act = acting(lambda params, obs, carry, config, noise_key: (q_values(params, obs, config, noise_key), carry))
 
 
 def epsilon(timesteps: jax.Array, config: QLearningConfig) -> jax.Array:
@@ -399,11 +415,9 @@ def behaviour_of(act: Callable) -> Callable:
 # ----------------------------------------------------------------------------- learning
 
 
-def replay_beta(state: State, config: QLearningConfig) -> jax.Array | None:
-    """Prioritized replay's importance-sampling exponent now (None with uniform replay)."""
-    if config.prioritized is None:
-        return None
-    return config.prioritized.beta(state.timesteps / config.total_timesteps)
+def replay_beta(state: State, config: QLearningConfig) -> jax.Array:
+    """Prioritized replay's importance-sampling exponent now (0 with uniform replay)."""
+    return replay_part(config).beta(state.timesteps / config.total_timesteps)
 
 
 def sample(state: State, key: jax.Array, config: QLearningConfig, team: bool = False) -> dict:
@@ -428,7 +442,7 @@ def taken_and_next(network_params, target_params, batch: dict, key: jax.Array, c
     and an independent one for the target network, as in Hessel et al.'s Rainbow, both
     drawn from ``key``."""
     network, head = make_network(config), config.head
-    online_noise, target_noise = draw_noise(key, network, (2,)) if noisy(config) else (None, None)
+    online_noise, target_noise = config.exploration.draw(key, network, (2,))
     out = head.at_action(network_out(network, network_params, batch["obs"], online_noise), batch["action"])
     next_target = network_out(network, target_params, batch["next_obs"], target_noise)
     if config.double:  # the online network picks the next action, the target evaluates it
@@ -496,13 +510,8 @@ def optimize(state: State, batch: dict, key: jax.Array, config: QLearningConfig,
 
 def write_priorities(state: State, index, priority_error: jax.Array, config: QLearningConfig) -> State:
     """With prioritized replay, the transitions at ``index`` get the priorities of
-    ``priority_error`` (same shape); unchanged with uniform replay."""
-    if config.prioritized is None:
-        return state
-    buffer = prioritized.update_priorities(
-        state.buffer, index, priority_error, config.prioritized.alpha, config.prioritized.eps
-    )
-    return state.replace(buffer=buffer)
+    ``priority_error`` (same shape); unchanged with uniform replay (:func:`replay_part`)."""
+    return state.replace(buffer=replay_part(config).write_priorities(state.buffer, index, priority_error))
 
 
 def sampled_errors(batch: dict, priority_error: jax.Array):

@@ -30,7 +30,7 @@ from flax import struct
 from jaxrl import networks, rollout, value_heads
 from jaxrl.algorithms import dqn, offpolicy
 from jaxrl.buffers import sequence
-from jaxrl.buffers.prioritized import Prioritized
+from jaxrl.buffers.prioritized import Prioritized, Uniform
 from jaxrl.buffers.sequence import Windows
 from jaxrl.config import part, require_choice, require_range, static
 from jaxrl.exploration import ApeXEpsilons
@@ -62,6 +62,14 @@ class PrioritizedWindows(Prioritized):
         return sequence.sequence_priority(td, trained, self.eta)
 
 
+class UniformWindows(Uniform):
+    """Uniform sequence replay (``prioritized=None``): every window keeps the first
+    priority and weight 1, so no window priority is computed or written."""
+
+    def window_priority(self, td: jax.Array, trained: jax.Array) -> None:
+        return None
+
+
 @struct.dataclass
 class Config(dqn.QLearningConfig):
     """R2D2 settings: DQN's shared ones (:class:`jaxrl.algorithms.dqn.QLearningConfig`)
@@ -82,6 +90,7 @@ class Config(dqn.QLearningConfig):
     prioritized: Any = PrioritizedWindows()  # or None: every window keeps the first priority
 
     prioritized_part = PrioritizedWindows
+    uniform_part = UniformWindows
     tau = 1.0  # the target network is a copy
     scale_rewards = False  # the rescaled head takes the returns' scale
 
@@ -131,21 +140,13 @@ def init(key: jax.Array, config: Config) -> dqn.State:
 def q_values(params: dict, obs, carry, config: Config, noise_key: jax.Array | None = None):
     """``(q [B, A], carry)``: the action values for raw observations ``[B,
     *obs_shape]`` entered with the memory ``carry`` (leaves ``[B, ...]``), and the
-    memory after them."""
-    network = make_network(config)
-    noise = None if noise_key is None or not dqn.noisy(config) else dqn.draw_noise(noise_key, network)
+    memory after them (:func:`jaxrl.algorithms.dqn.acting_out` on a sequence of one step)."""
     obs = offpolicy.add_time(offpolicy.observe(params, obs, config))
-    out, carry = dqn.network_out(network, params["network"], obs, noise, carry=carry)
+    out, carry = dqn.acting_out(make_network(config), params["network"], obs, config, noise_key, carry=carry)
     return config.head.q_values(out[0]), carry
 
 
-def act(params: dict, obs, carry, key: jax.Array, config: Config, deterministic: bool = False, epsilon=0.0):
-    """``(action [B], carry)`` for observations ``[B, *obs_shape]`` and the memory
-    ``carry`` (:func:`initial_carry`); the caller resets the returned carry where an
-    episode ends. :func:`jaxrl.algorithms.dqn.epsilon_greedy` in :func:`q_values`, as DQN acts."""
-    noise_key, explore_key, random_key = jax.random.split(key, 3)
-    q, carry = q_values(params, obs, carry, config, None if deterministic else noise_key)
-    return dqn.epsilon_greedy(q, obs, (explore_key, random_key), config, deterministic, epsilon), carry
+act = dqn.acting(q_values)  # epsilon-greedy in q_values, as DQN acts
 
 
 # ----------------------------------------------------------------------------- learning
@@ -156,9 +157,7 @@ def sample(state: dqn.State, key: jax.Array, config: Config) -> dict:
     fields with leaves ``[B, L, ...]`` except ``carry``, the memory entering each window's
     first step (leaves ``[B, ...]``), plus ``weight [B]`` (importance sampling, beta
     annealed over the run) and ``index``; observations as the networks read them."""
-    beta = dqn.replay_beta(state, config)
-    beta = jnp.zeros(()) if beta is None else beta  # uniform: every window has the first priority
-    windows = sequence.sample(state.buffer, key, config.batch_size, beta)
+    windows = sequence.sample(state.buffer, key, config.batch_size, dqn.replay_beta(state, config))
     batch = {**windows.data, "carry": windows.carry, "weight": windows.weights, "index": windows.index}
     return offpolicy.observe_batch(state.params, batch, config)
 
@@ -247,8 +246,7 @@ def loss_fn(network_params, target_params, batch: dict, key: jax.Array, config: 
     :meth:`PrioritizedWindows.window_priority` of its TD errors on its trained steps
     (None with uniform replay).
     """
-    network = make_network(config)
-    online_noise, target_noise = dqn.draw_noise(key, network, (2,)) if dqn.noisy(config) else (None, None)
+    online_noise, target_noise = config.exploration.draw(key, make_network(config), (2,))
     q, next_online, next_target, train = sequence_q_values(
         network_params, target_params, batch, online_noise, target_noise, config
     )
@@ -266,9 +264,7 @@ def loss_fn(network_params, target_params, batch: dict, key: jax.Array, config: 
         "q_mean": jnp.sum(jnp.where(mask, q_taken, 0.0)) / (count * config.batch_size),
         "td_abs": jnp.sum(jnp.where(mask, jnp.abs(td), 0.0)) / (count * config.batch_size),
     }
-    if config.prioritized is None:
-        return loss, (metrics, None)
-    priority = config.prioritized.window_priority(td.T, jnp.broadcast_to(mask.T, td.T.shape))
+    priority = dqn.replay_part(config).window_priority(td.T, jnp.broadcast_to(mask.T, td.T.shape))
     return loss, (metrics, jax.lax.stop_gradient(priority))
 
 
@@ -277,10 +273,10 @@ def update(state: dqn.State, batch: dict, key: jax.Array, config: Config):
     with :func:`loss_fn`) and, with prioritized replay, the windows' new priorities.
     Returns ``(state, metrics)``."""
     state, metrics, priority = dqn.optimize(state, batch, key, config, loss_fn)
-    if config.prioritized is None:  # every window keeps the first max priority: uniform replay
-        return state, metrics
-    alpha, eps = config.prioritized.alpha, config.prioritized.eps
-    return state.replace(buffer=sequence.update_priorities(state.buffer, batch["index"], priority, alpha, eps)), metrics
+    replay = dqn.replay_part(config)
+    return state.replace(
+        buffer=replay.write_priorities(state.buffer, batch["index"], priority, sequence.update_priorities)
+    ), metrics
 
 
 # ----------------------------------------------------------------------------- training

@@ -16,6 +16,7 @@ are never sampled.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -46,10 +47,40 @@ class Prioritized:
             require_range(self, field, 0.0, 1.0)
         require_range(self, "eps", 0.0, float("inf"), low_open=True)
 
+    use_priorities = True  # a sum-tree beside the replay (this module's buffer)
+
     def beta(self, progress: jax.Array) -> jax.Array:
         """The importance-sampling exponent at ``progress`` (0 to 1) through the run."""
         progress = jnp.clip(progress, 0.0, 1.0)
         return self.beta_start + progress * (self.beta_end - self.beta_start)
+
+    def write_priorities(self, buffer, index, errors: jax.Array, update: Callable | None = None):
+        """``buffer`` with the priorities of ``errors`` at ``index``: ``update(buffer, index,
+        errors, alpha, eps)``, by default this module's :func:`update_priorities`
+        (:func:`jaxrl.buffers.sequence.update_priorities` for windows)."""
+        return (update or update_priorities)(buffer, index, errors, self.alpha, self.eps)
+
+
+class Uniform:
+    """Uniform replay (a Config's ``prioritized=None``): :class:`Prioritized`'s counterpart
+    with the same methods, so that a learner samples and writes without asking which it
+    has (:func:`replay_priorities`)."""
+
+    use_priorities = False  # jaxrl.buffers.replay's buffer alone
+
+    def beta(self, progress: jax.Array) -> jax.Array:
+        """0: every importance weight is 1."""
+        return jnp.zeros((), jnp.float32)
+
+    def write_priorities(self, buffer, index, errors, update: Callable | None = None):
+        """``buffer`` unchanged: there are no priorities."""
+        return buffer
+
+
+def replay_priorities(prioritized: Prioritized | None, uniform: type = Uniform) -> Prioritized | Uniform:
+    """How replay samples: ``prioritized``, or without it (None) ``uniform()``. The one
+    place a Config's ``prioritized`` is asked about."""
+    return uniform() if prioritized is None else prioritized
 
 
 @struct.dataclass
