@@ -25,6 +25,8 @@ class Config(value_decomposition.Config):
     """The multi-agent Q-learning Config (:class:`jaxrl.algorithms.value_decomposition.Config`:
     DQN's fields, the climbing game's defaults) with the ``Independent`` mixer."""
 
+    mixer = value_decomposition.Independent()
+
 
 algorithm = value_decomposition.algorithm_of("iql", Config, "Independent Q-learning: DQN on a multi-agent env's agents")
 __getattr__ = algorithm.module_getattr(__name__)  # iql.train, iql.preset: the record's

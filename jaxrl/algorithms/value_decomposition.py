@@ -8,7 +8,8 @@ Q-network told each agent's one-hot id, so acting is one network call for all ag
 epsilon). Replay stores each agent's transitions as its own lane: each env step's ``[N,
 A]`` agent-transitions are ``N * A`` lanes (lane ``n * A + a``,
 :func:`jaxrl.algorithms.offpolicy.replay_lanes`), so ``buffer_size`` counts
-agent-transitions. The ``mixer`` part is chosen once:
+agent-transitions. The ``mixer`` part, a class constant of each variant's Config (the
+mixer is the algorithm: a setting would let ``iql.Config`` train VDN), is chosen once:
 
 * :class:`Independent` (IQL): every agent-transition is a DQN sample on its own reward;
   batches are ``batch_size`` agent-transitions and DQN's loss applies unchanged, every
@@ -34,7 +35,7 @@ from flax import struct
 from jaxrl import envs, value_heads
 from jaxrl.algorithms import dqn
 from jaxrl.algorithms.contract import Algorithm
-from jaxrl.config import choose_part, part, static
+from jaxrl.config import part, static
 from jaxrl.exploration import EpsilonGreedy
 
 
@@ -71,7 +72,7 @@ class Sum:
         """ValueError unless ``head`` is the plain scalar one."""
         if type(head) is not value_heads.Scalar:
             raise ValueError(
-                f"mixer=Sum (VDN) sums the agents' Q-values and needs head=jaxrl.value_heads.Scalar, got "
+                f"VDN's mixer (Sum) sums the agents' Q-values and needs head=jaxrl.value_heads.Scalar, got "
                 f"head={head!r}: a sum of the agents' distributional (categorical) values is no distribution on "
                 "its support, and a sum of rescaled values h(Q_a) is not h(Q_tot)"
             )
@@ -92,9 +93,6 @@ class Sum:
             priority_error = priority_error * jnp.any(batch["valid"], axis=-1)
         priority_error = jnp.broadcast_to(priority_error[:, None], index.lane.shape).reshape(-1)
         return jax.tree.map(jnp.ravel, index), priority_error
-
-
-MIXERS = {"none": Independent, "vdn": Sum}  # the shorthands ``mixer`` takes
 
 
 def vdn_values(q_taken, next_q, reward, discount, weight):
@@ -122,8 +120,9 @@ def vdn_values(q_taken, next_q, reward, discount, weight):
 @struct.dataclass
 class Config(dqn.Config):
     """DQN's Config (:class:`jaxrl.algorithms.dqn.Config`) on a multi-agent env's agents,
-    with a ``mixer``, and defaults for the climbing game: ``MultiAgentClimbing-v0`` in
-    100k env steps (``tests/test_marl_dqn.py``'s learning test).
+    with defaults for the climbing game: ``MultiAgentClimbing-v0`` in 100k env steps
+    (``tests/test_marl_dqn.py``'s learning test). Its ``mixer`` is a class constant, the
+    variant's (:class:`Independent` here and in IQL, :class:`Sum` in VDN), not a field.
 
     ``buffer_size`` counts agent-transitions (``num_envs * A`` lanes); ``batch_size``
     counts agent-transitions (:class:`Independent`) or env steps of every agent
@@ -139,12 +138,11 @@ class Config(dqn.Config):
     hidden_sizes: tuple = static((64,))
     target_update_period: int = static(50)
     exploration: Any = EpsilonGreedy(fraction=0.5)
-    mixer: Any = Independent()  # Independent (IQL) or Sum (VDN); "none", "vdn"
 
     multi_agent = True  # the env's agents as a batch axis and as replay lanes
+    mixer = Independent()  # how the agents' values meet the team's reward: the variant's choice
 
     def __post_init__(self):
-        choose_part(self, "mixer", MIXERS)
         super().__post_init__()  # AgentBatch refuses a single-agent env
         agent_steps = self.iteration_steps * envs.config_num_agents(self)
         if self.buffer_size < agent_steps:

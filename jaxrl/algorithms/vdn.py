@@ -20,8 +20,6 @@ every ``exploration`` apply; the ``head`` is the scalar one::
 
 from __future__ import annotations
 
-from typing import Any
-
 from flax import struct
 
 from jaxrl.algorithms import value_decomposition
@@ -33,7 +31,7 @@ class Config(value_decomposition.Config):
     DQN's fields, the climbing game's defaults) with the ``Sum`` mixer; ``batch_size``
     counts env steps, each with every agent's transition."""
 
-    mixer: Any = value_decomposition.Sum()
+    mixer = value_decomposition.Sum()
 
 
 algorithm = value_decomposition.algorithm_of("vdn", Config, "VDN: DQN trained through the sum of the agents' Q-values")
