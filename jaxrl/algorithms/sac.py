@@ -159,40 +159,20 @@ class State:
 
 class PolicyKind(NamedTuple):
     """What differs between SAC's continuous (tanh-Gaussian) and discrete (categorical)
-    policies, each a function: :func:`policy_kind` picks one from ``discrete``, once, and
-    the losses and :func:`act` call its entries without asking which it is.
+    policies: :func:`policy_kind` picks one from ``discrete``, once, and the losses and
+    :func:`act` call its functions without asking which it is."""
 
-    Attributes:
-      action_dim: ``action_dim(spec)``, the policy's output size: the unit action's
-        entries, or the number of actions.
-      actor: ``actor(config)``, the policy network (:func:`make_actor`).
-      critic: ``critic(config)``, the twin critics (:func:`make_critic`).
-      default_target_entropy: ``default_target_entropy(action_dim)``, the target entropy
-        unless ``config.target_entropy`` sets it.
-      zero_actions: ``zero_actions(config)``, ``num_envs`` actions as the replay stores them.
-      critic_reads_action: whether a critic reads an action beside the observation.
-      distribution: ``distribution(out, inputs, config) -> (distribution, noise)`` from the
-        actor's output ``out`` at ``inputs`` (:func:`policy_distribution_and_noise`).
-      q_values: ``q_values(critic_params, inputs, action, config)`` (:func:`q_values`).
-      soft_values: ``soft_values(dist, critic_params, critic_in, key, config) ->
-        (E_pi[min_i Q_i], E_pi[log pi])`` (:func:`_soft_values`).
-      taken_action_values: ``taken_action_values(config)``, the critics' values of the
-        stored actions for :func:`jaxrl.algorithms.actor_critic.critic_loss` (None: its
-        continuous default).
-      env_action: ``env_action(action, config)``, the env's action for the policy's.
-    """
-
-    action_dim: Callable
-    actor: Callable
-    critic: Callable
-    default_target_entropy: Callable
-    zero_actions: Callable
-    critic_reads_action: bool
-    distribution: Callable
-    q_values: Callable
-    soft_values: Callable
-    taken_action_values: Callable
-    env_action: Callable
+    action_dim: Callable  # (spec) -> the unit action's entries, or the number of actions
+    actor: Callable  # (config) -> the policy network (make_actor)
+    critic: Callable  # (config) -> the twin critics (make_critic)
+    default_target_entropy: Callable  # (action_dim) -> the target entropy unless config.target_entropy sets it
+    zero_actions: Callable  # (config) -> num_envs actions as the replay stores them
+    critic_reads_action: bool  # whether a critic reads an action beside the observation
+    distribution: Callable  # (actor out, inputs, config) -> (distribution, gSDE noise or None)
+    q_values: Callable  # (critic_params, inputs, action, config) -> the critics' values (q_values)
+    soft_values: Callable  # (dist, critic_params, critic_in, key, config) -> (E_pi[min_i Q_i], E_pi[log pi])
+    taken_action_values: Callable  # (config) -> critic_loss's q_of_action (None: continuous actions')
+    env_action: Callable  # (action, config) -> the env's action
 
 
 def _gaussian_actor(config: Config):
