@@ -102,3 +102,18 @@ def test_a_variant_with_another_program_trains_that_program():
     variant = ppo.variant("other", ppo.Config, program=program)
     assert variant.program is program and variant.train is not ppo.train and variant.evaluate is ppo.evaluate
     assert ppo.variant("same", ppo.Config).train is ppo.train  # nothing it is built from changed
+
+
+def test_a_record_of_the_five_functions_builds_program_train_and_evaluate():
+    """``program`` defaults to ``init``, ``num_iterations`` of ``step`` and ``evaluate`` at
+    ``num_evals`` points: the same run, output for output, as PPO's own."""
+    import jax
+
+    ppo = algorithms.get("ppo")
+    bare = Algorithm("bare", ppo.Config, ppo.init, ppo.act, ppo.initial_carry, ppo.update, ppo.step)
+    config = ppo.Config(num_envs=2, num_steps=4, num_minibatches=1, num_epochs=1, total_timesteps=32, num_evals=2)
+    program = bare.program(config)
+    assert (program.num_iterations, program.num_evals) == (config.num_iterations, 2)
+    bare_out, ppo_out = (jax.eval_shape(record.train, jax.random.key(0), config) for record in (bare, ppo))
+    assert jax.tree.structure(bare_out) == jax.tree.structure(ppo_out)
+    assert jax.tree.leaves(bare_out) == jax.tree.leaves(ppo_out)

@@ -51,7 +51,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import envs, evaluation, loop, networks, optim, returns, rollout
+from jaxrl import envs, evaluation, networks, optim, returns, rollout
 from jaxrl.algorithms import requirements
 from jaxrl.algorithms.contract import Algorithm
 from jaxrl.buffers import replay
@@ -885,11 +885,6 @@ def evaluate(params: dict, key: jax.Array, config: Config) -> evaluation.EvalRes
     return play(policy, opponent, key, config.eval_episodes, config)
 
 
-def program(config: Config) -> loop.Program:
-    """The run as a :class:`jaxrl.loop.Program` (for :mod:`jaxrl.workflow.runner`'s chunked training)."""
-    return loop.config_program(config, init, step, evaluate)
-
-
 algorithm = Algorithm(
     name="alphazero",
     Config=Config,
@@ -898,7 +893,6 @@ algorithm = Algorithm(
     initial_carry=initial_carry,
     update=update,
     step=step,
-    program=program,
     evaluate=evaluate,
     presets=PRESETS,
     summary="AlphaZero with Gumbel MuZero search (mctx): pgx self-play, or search on a single-agent env",

@@ -44,7 +44,8 @@ class Algorithm:
       step: ``step(state, key, config) -> (state, metrics)``, one iteration (collect,
         store, update).
       program: ``program(config) -> jaxrl.loop.Program``, the run in the pieces the
-        chunked runner drives.
+        chunked runner drives; by default :func:`jaxrl.loop.config_program` of ``init``,
+        ``step`` and ``evaluate``.
       evaluate: ``evaluate(params, key, config) -> jaxrl.evaluation.EvalResult``; by
         default ``config.eval_episodes`` deterministic episodes of ``act``.
       train: ``train(key, config) -> TrainOutput``, ``init`` then every iteration of
@@ -63,7 +64,7 @@ class Algorithm:
     initial_carry: Callable
     update: Callable
     step: Callable
-    program: Callable
+    program: Callable | None = None
     evaluate: Callable | None = None
     train: Callable | None = None
     presets: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
@@ -82,6 +83,8 @@ class Algorithm:
             object.__setattr__(
                 self, "evaluate", functools.partial(evaluation.evaluate_config, self.act, self.initial_carry)
             )
+        if self.program is None:
+            object.__setattr__(self, "program", config_program(self.init, self.step, self.evaluate))
         if self.train is None:
             object.__setattr__(self, "train", train_from_program(self.program))
         object.__setattr__(self, "presets", MappingProxyType(dict(self.presets)))
@@ -120,6 +123,17 @@ class Algorithm:
 
 
 _RECORD_ATTRIBUTES = frozenset(FUNCTIONS) | {"preset", "presets", "variants", "summary", "name"}
+
+
+def config_program(init: Callable, step: Callable, evaluate: Callable) -> Callable:
+    """``program(config)``: :func:`jaxrl.loop.config_program` of these functions."""
+
+    def program(config) -> loop.Program:
+        """The run as a :class:`jaxrl.loop.Program`: ``init``, then ``config.num_iterations``
+        of ``step``, evaluated at ``config.num_evals`` points."""
+        return loop.config_program(config, init, step, evaluate)
+
+    return program
 
 
 def train_from_program(program: Callable) -> Callable:

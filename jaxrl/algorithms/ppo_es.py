@@ -47,7 +47,7 @@ import jax.numpy as jnp
 from flax import struct
 from jax.flatten_util import ravel_pytree
 
-from jaxrl import envs, evaluation, loop
+from jaxrl import envs, evaluation
 from jaxrl.algorithms import es, ppo
 from jaxrl.algorithms.contract import Algorithm
 from jaxrl.config import freeze_mapping, require_int, require_range, static
@@ -246,11 +246,6 @@ def training_episodes(inner: dict) -> dict:
     }
 
 
-def program(config: Config) -> loop.Program:
-    """The run as a :class:`jaxrl.loop.Program` (for :mod:`jaxrl.workflow.runner`'s chunked training)."""
-    return loop.config_program(config, init, step, evaluate)
-
-
 algorithm = Algorithm(
     name="ppo_es",
     Config=Config,
@@ -259,7 +254,6 @@ algorithm = Algorithm(
     initial_carry=initial_carry,
     update=update,
     step=step,
-    program=program,
     evaluate=evaluate,
     presets=PRESETS,
     summary="PPO-ES: PPO runs inside each member of a mirrored-noise population; the best is the next centre",
