@@ -22,6 +22,7 @@ import numbers
 import typing
 from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -58,8 +59,9 @@ PARTS: dict[str, type] = {}
 
 
 def is_part(value) -> bool:
-    """Whether ``value`` is a part (a dataclass instance held by a Config field)."""
-    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+    """Whether ``value`` is a part (a dataclass instance held by a Config field; a flax
+    module, a user's network, is not one)."""
+    return dataclasses.is_dataclass(value) and not isinstance(value, (type, nn.Module))
 
 
 def choose_part(config, field: str, choices: dict, optional: bool = False) -> None:
@@ -169,7 +171,14 @@ def get_path(config, path: str):
 def to_json(value):
     """A config, a part or a field's value as JSON data: a dataclass as ``{"part":
     "<module>.<class>", <field>: ...}`` (a Config as its fields alone), tuples as lists,
-    arrays as (nested) lists. :func:`from_json` inverts it."""
+    arrays as (nested) lists; a flax module (a user's network) as ``{"module":
+    "<module>:<class>", <field>: ...}`` and another function or class as ``{"callable":
+    "<module>:<name>"}``, by their import paths. :func:`from_json` inverts it."""
+    if isinstance(value, nn.Module):
+        fields = [field.name for field in dataclasses.fields(value) if field.name not in ("parent", "name")]
+        return {"module": reference(type(value)), **{name: to_json(getattr(value, name)) for name in fields}}
+    if callable(value) and not is_part(value):
+        return {"callable": reference(value)}
     if is_part(value):
         return {"part": f"{type(value).__module__}.{type(value).__qualname__}", **fields_to_json(value)}
     if isinstance(value, (tuple, list)):
@@ -190,7 +199,13 @@ def from_json(value):
     """The value :func:`to_json` gave: parts rebuilt from their class's import path,
     lists as tuples. A part must be declared with :func:`part`: one of jaxrl's own (its
     module is imported on demand) or of a module already imported; any other name is a
-    ValueError, so JSON data never chooses what code runs."""
+    ValueError. A user's network (a module or a function) is imported from the path the
+    run saved: that is the code the run trained with."""
+    if isinstance(value, dict) and isinstance(value.get("module"), str):
+        fields = {key: from_json(item) for key, item in value.items() if key != "module"}
+        return import_reference(value["module"], "network")(**fields)
+    if isinstance(value, dict) and set(value) == {"callable"}:
+        return import_reference(value["callable"], "network")
     if isinstance(value, list):
         return tuple(from_json(item) for item in value)
     if isinstance(value, dict) and isinstance(value.get("part"), str):
@@ -209,6 +224,23 @@ def from_json(value):
     if isinstance(value, dict):
         return {key: from_json(item) for key, item in value.items()}
     return value
+
+
+def import_reference(reference: str, field: str) -> Any:
+    """The object ``"package.module:name"`` names (``name`` may be dotted), imported."""
+    module_name, _, name = reference.partition(":")
+    try:
+        value = importlib.import_module(module_name)
+        for part in name.split("."):
+            value = getattr(value, part)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise ValueError(f"{field}: cannot import {reference!r} ('package.module:name'): {error}") from None
+    return value
+
+
+def reference(value) -> str:
+    """``"<module>:<qualified name>"`` of a class or function, :func:`import_reference`'s input."""
+    return f"{value.__module__}:{value.__qualname__}"
 
 
 def freeze_mapping(value: Any, field: str) -> tuple:
@@ -237,17 +269,29 @@ def require_choice(config, field: str, choices) -> None:
         raise ValueError(f"{field} must be one of {sorted(choices)}, got {value!r}")
 
 
-def require_network(config, obs_ndim: int | tuple) -> None:
+def require_network(config, spec, whole=None) -> None:
     """Check the ``network`` / ``hidden_sizes`` / ``activation`` fields an algorithm's
-    networks are built from, against the env's observation dims (``EnvSpec.obs_ndim``)."""
-    from jaxrl.networks import ACTIVATIONS, NETWORKS, require_image_leaf
+    networks are built from, against the env's :class:`~jaxrl.envs.spec.EnvSpec`: a
+    shorthand against its observation dims, a user's torso by building it on its
+    observation (:func:`jaxrl.networks.resolve_torso`), a whole network
+    (:class:`jaxrl.networks.Whole`) by ``whole(config, spec)``, the algorithm's check of
+    its call (None: the algorithm takes none)."""
+    from jaxrl.networks import ACTIVATIONS, Whole, resolve_torso
 
     sizes = config.hidden_sizes
     if not sizes or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in sizes):
         raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {sizes!r}")
     require_choice(config, "activation", ACTIVATIONS)
-    require_choice(config, "network", NETWORKS)  # "mlp", "cnn" (MinAtar), "nature_cnn", "impala_cnn"
-    require_image_leaf(config.network, obs_ndim, f"{config.env_id}'s observations")
+    if not isinstance(config.network, Whole):
+        resolve_torso(config.network, spec)
+    elif whole is None:
+        algorithm = type(config).__module__.rpartition(".")[2]
+        raise ValueError(
+            f"network: {algorithm} takes a torso, not a whole network (jaxrl.networks.Whole: the on-policy "
+            "family's, DQN's, DDPG's, TD3's and SAC's)"
+        )
+    else:
+        whole(config, spec)
 
 
 def require_range(config, field: str, low: float, high: float, low_open: bool = False, high_open: bool = False) -> None:

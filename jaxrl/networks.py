@@ -1,11 +1,14 @@
-"""Flax linen networks: MLP, MinAtar CNN and pixel CNN (Nature DQN, IMPALA) torsos,
-actor-critic and Q heads, noisy layers."""
+"""Flax linen networks: MLP, MinAtar CNN and pixel CNN (Nature DQN, IMPALA) torsos, a
+user's own torso (:func:`resolve_torso`), actor-critic and Q heads, noisy layers."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 import flax
 import flax.linen as nn
@@ -13,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl.config import import_reference, part, static
 from jaxrl.envs.spec import OneHot  # an observation layout: the spec says what each leaf is
 
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "elu": nn.elu, "silu": nn.silu}
@@ -271,17 +275,177 @@ def require_image_leaf(kind: str, obs_ndim: int | OneHot | tuple, where: str = "
         raise ValueError(f"network={kind!r} needs image observations [H, W, C], {where} have {obs_ndim} dims")
 
 
-def torso(kind: str, hidden_sizes, activation: str, obs_ndim: int | OneHot | tuple) -> nn.Module:
+@dataclasses.dataclass(frozen=True)
+class CustomTorso:
+    """A user's torso, resolved for one env (:func:`resolve_torso`): the flax ``module``
+    and the size ``features`` of the ``[..., F]`` features it returns. Not a flax module
+    itself, so a network holding it as a field does not adopt it: each place a torso
+    goes takes its own copy (:func:`torso`), with its own weights."""
+
+    module: nn.Module
+    features: int
+
+
+# A torso is probed on observations with these leading dims: torsos meet any batch shape
+# ([B] acting, [T, B] sequences, [B, agents]), so they must map over all leading dims.
+PROBE_DIMS = (2, 3)
+
+
+def resolve_torso(network: Any, spec, observation: Any = None) -> str | CustomTorso:
+    """A Config's ``network`` made ready to build, checked against the env.
+
+    ``network`` is one of :data:`NETWORKS` (returned as it is, the algorithm builds that
+    torso from ``hidden_sizes`` and ``activation``) or a user's torso: a flax linen
+    module (instance, or a class built without arguments), a factory called with the
+    env's :class:`~jaxrl.envs.spec.EnvSpec` that returns one, or a
+    ``"package.module:name"`` string naming either (imported). A torso takes the
+    observation (``observation``, default ``spec.observation``: an array or a pytree of
+    them, raw, with any leading dims) and returns float features ``[..., F]``; the
+    algorithm adds its heads (and its recurrent core, with memory) after it. It must be
+    hashable (a Config's static field): a module whose fields are hashable (tuples, not
+    lists), a module-level function. Anything else is a ValueError naming the field."""
+    if isinstance(network, str) and ":" not in network:
+        require_image_leaf(network, spec.obs_ndim, "the env's observations")
+        return network
+    module = user_module(network, spec)
+    observation = spec.observation if observation is None else observation
+    return CustomTorso(module, _probe_features(module, abstract_key(observation)))
+
+
+def user_module(network: Any, spec) -> nn.Module:
+    """The flax module ``network`` names, builds or is (see :func:`resolve_torso`), hashable."""
+    given = network
+    if isinstance(network, str):
+        network = import_reference(network, "network")
+    if isinstance(network, type) and issubclass(network, nn.Module):
+        network = network()
+    elif callable(network) and not isinstance(network, nn.Module):
+        try:
+            network = network(spec)
+        except Exception as error:  # the user's code: any failure is a bad network
+            raise ValueError(
+                f"network: the factory {given!r}, called with the env's spec, raised {type(error).__name__}: {error}"
+            ) from error
+        if not isinstance(network, nn.Module):
+            raise ValueError(f"network: the factory {given!r} must return a flax linen module, got {network!r}")
+    if not isinstance(network, nn.Module):
+        raise ValueError(
+            f"network must be one of {NETWORKS}, a flax linen module, a factory of one (called with the env's "
+            f"spec) or 'package.module:name', got {given!r}"
+        )
+    try:
+        hash(network)
+    except TypeError:
+        raise ValueError(
+            f"network: {type(network).__name__} is not hashable: a Config's network is static, so the module's "
+            "fields must be hashable (a tuple, not a list)"
+        ) from None
+    return network
+
+
+@part
+class Whole:
+    """A whole network of the user's, heads included, in place of the algorithm's
+    (``Config(network=Whole(...))``) where docs/guide/networks.md gives the call it must
+    answer: the on-policy family (PPO, A2C, ...; ``network`` as
+    :class:`ActorCritic` is called), DQN (``network(obs) -> q``) and DDPG, TD3, SAC
+    (``network`` the actor, ``critic`` one critic, which the algorithm ensembles). Each
+    is a module, class, factory or ``"package.module:name"``, as :func:`resolve_torso`
+    takes a torso. Feed-forward only: the heads' extras (memory, gSDE, noisy or dueling
+    Q heads) are the network's own business."""
+
+    network: Any = static(None)
+    critic: Any = static(None)
+
+
+def check_call(module: nn.Module, inputs: tuple, expected: Sequence, call: str) -> None:
+    """ValueError naming ``network`` unless ``module`` called on ``inputs`` (abstract
+    arrays, ``None`` or ``()``) returns outputs whose shapes (a pytree of shape tuples)
+    are one of ``expected``; ``call`` describes the call and what it must return."""
+    try:
+        out, _ = jax.eval_shape(lambda *args: module.init_with_output(jax.random.key(0), *args), *inputs)
+    except Exception as error:  # the user's code: any failure is a bad network
+        raise ValueError(
+            f"network: {type(module).__name__} cannot be called as {call}: {type(error).__name__}: {error}"
+        ) from error
+    shapes = jax.tree.map(lambda x: tuple(x.shape), out)
+    if shapes not in list(expected):
+        raise ValueError(f"network: {type(module).__name__} must be called as {call}; it returned shapes {shapes}")
+
+
+def probe_batch(observation):
+    """Abstract observations with :data:`PROBE_DIMS` leading dims."""
+    return jax.tree.map(lambda s: jax.ShapeDtypeStruct(PROBE_DIMS + tuple(s.shape), s.dtype), observation)
+
+
+class WholeQ(nn.Module):
+    """A user's whole Q-network ``module(obs) -> q`` behind :class:`QNetwork`'s call."""
+
+    module: nn.Module
+
+    def __call__(self, obs, deterministic: bool = False, noise: jax.Array | None = None):
+        return self.module(obs)
+
+
+def abstract_key(observation) -> tuple:
+    """A hashable stand-in for an abstract observation: its tree and leaves' shapes and
+    dtypes (:func:`from_abstract_key` inverts it)."""
+    leaves, tree = jax.tree.flatten(observation)
+    return tree, tuple((tuple(leaf.shape), np.dtype(leaf.dtype)) for leaf in leaves)
+
+
+def from_abstract_key(key: tuple):
+    """The abstract observation :func:`abstract_key` stands in for."""
+    tree, leaves = key
+    return jax.tree.unflatten(tree, [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in leaves])
+
+
+@functools.lru_cache(maxsize=64)
+def _probe_features(module: nn.Module, observation_key: tuple) -> int:
+    """``F`` of the ``[..., F]`` features ``module`` returns on the observation, checked
+    without computing (``jax.eval_shape``)."""
+    tree, leaves = observation_key
+    batch = jax.tree.unflatten(tree, [jax.ShapeDtypeStruct(PROBE_DIMS + shape, dtype) for shape, dtype in leaves])
+    described = jax.tree.unflatten(tree, [f"{dtype}{list(PROBE_DIMS + shape)}" for shape, dtype in leaves])
+    try:
+        out, _ = jax.eval_shape(lambda obs: module.init_with_output(jax.random.key(0), obs), batch)
+    except Exception as error:  # the user's code: any failure is a bad network
+        raise ValueError(
+            f"network: {type(module).__name__} cannot take the env's observation {described}: "
+            f"{type(error).__name__}: {error}"
+        ) from error
+    shape = getattr(out, "shape", None)
+    if shape is None or len(shape) != len(PROBE_DIMS) + 1 or shape[:-1] != PROBE_DIMS:
+        got = jax.tree.map(lambda x: list(x.shape), out)
+        raise ValueError(
+            f"network: a torso returns features [..., F] with the observation's leading dims; "
+            f"{type(module).__name__} returned {got} for observations {described} "
+            f"(expected [{', '.join(map(str, PROBE_DIMS))}, F])"
+        )
+    if not jnp.issubdtype(out.dtype, jnp.floating):
+        raise ValueError(f"network: a torso returns float features, {type(module).__name__} returned {out.dtype}")
+    return int(shape[-1])
+
+
+def torso(kind: str | CustomTorso, hidden_sizes, activation: str, obs_ndim: int | OneHot | tuple) -> nn.Module:
     """The torso of a network choice (:data:`NETWORKS`): ``"mlp"`` (:class:`MLP`),
     ``"cnn"`` (:class:`MinAtarCNN`), ``"nature_cnn"`` / ``"impala_cnn"``
-    (:class:`PixelCNN`). Every torso ends with dense layers ``hidden_sizes``: output
-    ``[..., hidden_sizes[-1]]``."""
+    (:class:`PixelCNN`), each ending with dense layers ``hidden_sizes`` (output ``[...,
+    hidden_sizes[-1]]``); or a copy of a user's :class:`CustomTorso` (output ``[...,
+    features]``), made inside the calling module."""
+    if isinstance(kind, CustomTorso):
+        return kind.module.copy()
     require_image_leaf(kind, obs_ndim)
     if kind == "mlp":
         return MLP(tuple(hidden_sizes), activation, obs_ndim)
     if kind == "cnn":
         return MinAtarCNN(tuple(hidden_sizes), activation, obs_ndim)
     return PixelCNN(kind, tuple(hidden_sizes), activation, obs_ndim)
+
+
+def torso_features(kind: str | CustomTorso, hidden_sizes) -> int:
+    """The size of the features :func:`torso` returns."""
+    return kind.features if isinstance(kind, CustomTorso) else hidden_sizes[-1]
 
 
 MEMORY_KINDS = ("none", "gru", "lstm")
@@ -408,11 +572,12 @@ class ActorCritic(nn.Module):
 
     action_dim: int
     discrete: bool
-    network: str = "mlp"
+    network: str | CustomTorso = "mlp"
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
     obs_ndim: int | OneHot | tuple = 1
     critic_obs_ndim: int | OneHot | tuple | None = None  # the critic's own input's layout; None: it reads obs
+    critic_network: str | CustomTorso | None = None  # the torso of the critic's own input; None: ``network``
     log_std_init: float = 0.0
     memory: str = "none"
     memory_size: int = 128
@@ -421,14 +586,21 @@ class ActorCritic(nn.Module):
 
     def setup(self):
         require_memory(self.memory)
-        make_torso = lambda ndim: torso(self.network, self.hidden_sizes, self.activation, ndim)  # noqa: E731
+        make_torso = lambda kind, ndim: torso(kind, self.hidden_sizes, self.activation, ndim)  # noqa: E731
         if self.memory != "none" and self.shared_memory:
             if self.critic_obs_ndim is not None:
                 raise ValueError("a critic with its own input (critic_obs_ndim) needs shared_memory=False")
-            self.torso, self.core = make_torso(self.obs_ndim), RecurrentCore(self.memory, self.memory_size)
+            self.torso, self.core = (
+                make_torso(self.network, self.obs_ndim),
+                RecurrentCore(self.memory, self.memory_size),
+            )
         else:
             critic_ndim = self.obs_ndim if self.critic_obs_ndim is None else self.critic_obs_ndim
-            self.actor_torso, self.critic_torso = make_torso(self.obs_ndim), make_torso(critic_ndim)
+            critic_kind = self.network if self.critic_network is None else self.critic_network
+            self.actor_torso, self.critic_torso = (
+                make_torso(self.network, self.obs_ndim),
+                make_torso(critic_kind, critic_ndim),
+            )
         if self.memory != "none" and not self.shared_memory:
             self.actor_core = RecurrentCore(self.memory, self.memory_size)
             self.critic_core = RecurrentCore(self.memory, self.memory_size)
@@ -437,7 +609,9 @@ class ActorCritic(nn.Module):
         if self.discrete:
             return
         if self.state_dependent_std:
-            num_features = self.hidden_sizes[-1] if self.memory == "none" else self.memory_size
+            num_features = (
+                self.memory_size if self.memory != "none" else torso_features(self.network, self.hidden_sizes)
+            )
             self.sde_log_std = self.param(SDE_LOG_STD, nn.initializers.zeros, (num_features, self.action_dim))
         else:
             self.log_std = self.param("log_std", nn.initializers.constant(self.log_std_init), (self.action_dim,))
@@ -527,7 +701,7 @@ class QNetwork(nn.Module):
     """
 
     num_actions: int
-    network: str = "mlp"
+    network: str | CustomTorso = "mlp"
     hidden_sizes: Sequence[int] = (128, 128)
     activation: str = "relu"
     obs_ndim: int | OneHot | tuple = 1
@@ -546,7 +720,7 @@ class QNetwork(nn.Module):
     def _noise_sizes(self) -> list[int]:
         """``fan_in + features`` of each head layer (the torso's last layer, or the
         recurrent core, feeds each)."""
-        fan_in = self.hidden_sizes[-1] if self.memory == "none" else self.memory_size
+        fan_in = torso_features(self.network, self.hidden_sizes) if self.memory == "none" else self.memory_size
         return [fan_in + features for _, features in self._heads()]
 
     def noise_size(self) -> int:
@@ -600,12 +774,14 @@ class ContinuousQ(nn.Module):
     hidden_sizes: Sequence[int] = (256, 256)
     activation: str = "relu"
     obs_ndim: int | OneHot | tuple = 1
-    network: str = "mlp"
+    network: str | CustomTorso = "mlp"
 
     @nn.compact
     def __call__(self, obs, action):
         if self.network == "mlp":  # no encoder module: the MLP critic's parameters as they always were
             obs = flatten_observation(obs, self.obs_ndim)
+        elif isinstance(self.network, CustomTorso):
+            obs = self.network.module.copy(name="encoder")(obs)
         else:
             obs = ObservationEncoder(self.network, self.activation, self.obs_ndim, name="encoder")(obs)
         x = MLP(self.hidden_sizes, self.activation)(jnp.concatenate([obs, action.astype(jnp.float32)], axis=-1))
@@ -640,7 +816,7 @@ class Actor(nn.Module):
 
     action_dim: int
     kind: str = "gaussian"
-    network: str = "mlp"
+    network: str | CustomTorso = "mlp"
     hidden_sizes: Sequence[int] = (256, 256)
     activation: str = "relu"
     obs_ndim: int | OneHot | tuple = 1
@@ -648,7 +824,7 @@ class Actor(nn.Module):
     @property
     def num_features(self) -> int:
         """The size of the features the head reads (the torso's output)."""
-        return self.hidden_sizes[-1]
+        return torso_features(self.network, self.hidden_sizes)
 
     @nn.compact
     def __call__(self, obs):
@@ -678,7 +854,7 @@ class RecurrentActor(nn.Module):
 
     action_dim: int
     kind: str = "gaussian"
-    network: str = "mlp"
+    network: str | CustomTorso = "mlp"
     hidden_sizes: Sequence[int] = (256, 256)
     activation: str = "relu"
     obs_ndim: int | OneHot | tuple = 1
@@ -732,7 +908,7 @@ class RecurrentContinuousQ(nn.Module):
     memory: str = "gru"
     memory_size: int = 128
     num_critics: int = 2
-    network: str = "mlp"  # the encoder's torso (:func:`torso`)
+    network: str | CustomTorso = "mlp"  # the encoder's torso (:func:`torso`)
 
     def setup(self):
         require_memory(self.memory)

@@ -24,9 +24,12 @@ Either way a loss reads the step fields (:attr:`DataPath.steps`: ``action``, ``r
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
@@ -71,7 +74,7 @@ class Config(offpolicy.ReplaySchedule):
     learning_starts: int = static(1_000)  # random-action env steps before the first update
     total_timesteps: int = static(20_000)
     n_step: int = static(1)  # n-step targets (stop at episode ends)
-    network: str = static("mlp")  # or "cnn" (MinAtar), "nature_cnn", "impala_cnn": image leaves through convolutions
+    network: Any = static("mlp")  # a shorthand or your torso: networks.resolve_torso
     hidden_sizes: tuple = static((64, 64))  # small nets suit classic control; (256, 256) for MuJoCo
     activation: str = static("relu")
     memory: str = static("none")  # "gru" or "lstm": a recurrent core in the actor and in the critics
@@ -93,7 +96,7 @@ class Config(offpolicy.ReplaySchedule):
         self.check_schedule()
         offpolicy.check_normalization(self)
         spec = self.check_actions()
-        require_network(self, spec.obs_ndim)
+        require_network(self, spec, check_whole_network)
         require_choice(self, "memory", networks.MEMORY_KINDS)
         if self.memory != "none":
             if self.n_step != 1:
@@ -156,12 +159,77 @@ class DataPath(NamedTuple):
 
 def _layout(config) -> tuple:
     """``(network, hidden_sizes, activation, obs_ndim)`` of the config's torso."""
-    return (config.network, config.hidden_sizes, config.activation, envs.config_spec(config).obs_ndim)
+    spec = envs.config_spec(config)
+    return (networks.resolve_torso(config.network, spec), config.hidden_sizes, config.activation, spec.obs_ndim)
+
+
+def _feedforward_actor(action_dim: int, kind: str, config):
+    if isinstance(config.network, networks.Whole):
+        return whole_actor(action_dim, kind, config)
+    return Actor(action_dim, kind, *_layout(config))
 
 
 def _feedforward_critic(num_critics: int, config):
+    if isinstance(config.network, networks.Whole):
+        spec = envs.config_spec(config)
+        return whole_critics(num_critics, spec.action_shape[0], False, config)
     network, hidden_sizes, activation, obs_ndim = _layout(config)
     return ensemble(ContinuousQ, num_critics)(hidden_sizes, activation, obs_ndim, network)
+
+
+def check_whole_network(config, spec: envs.EnvSpec) -> None:
+    """A whole network (:class:`jaxrl.networks.Whole`) here is an actor and a critic,
+    feed-forward; their calls are checked where they are built, once the algorithm has
+    chosen its policy (:func:`whole_actor`, :func:`whole_critics`)."""
+    extras = {"memory": config.memory != "none", "sde": getattr(config, "sde", None) is not None}
+    if any(extras.values()):
+        on = [name for name, value in extras.items() if value]
+        raise ValueError(f"network: a whole network (jaxrl.networks.Whole) is feed-forward on its own; turn off {on}")
+    if config.network.critic is None:
+        raise ValueError("network: Whole(actor, critic=...) needs the critic too (the algorithm ensembles it)")
+    networks.user_module(config.network.network, spec)
+    networks.user_module(config.network.critic, spec)
+
+
+def whole_actor(action_dim: int, kind: str, config) -> nn.Module:
+    """The user's actor, checked: ``actor(obs)`` returns actions in ``[-1, 1]``
+    (``"deterministic"``), logits (``"categorical"``) or ``(loc, log_std)`` (``"gaussian"``),
+    each ``[..., action_dim]``."""
+    spec = envs.config_spec(config)
+    module = networks.user_module(config.network.network, spec)
+    _check_whole(module, "actor", kind, action_dim, networks.abstract_key(spec.observation))
+    return module
+
+
+def whole_critics(num_critics: int, action_dim: int, discrete: bool, config) -> nn.Module:
+    """An :func:`~jaxrl.networks.ensemble` of ``num_critics`` copies of the user's critic,
+    checked: ``critic(obs, action [..., A]) -> q [...]``, or with ``discrete`` actions
+    ``critic(obs) -> q [..., A]`` (called as :class:`~jaxrl.networks.QNetwork` is, through
+    :class:`~jaxrl.networks.WholeQ`)."""
+    spec = envs.config_spec(config)
+    module = networks.user_module(config.network.critic, spec)
+    kind = "discrete" if discrete else "continuous"
+    _check_whole(module, "critic", kind, action_dim, networks.abstract_key(spec.observation))
+    if discrete:
+        return ensemble(networks.WholeQ, num_critics)(module)
+    fields = {f.name: getattr(module, f.name) for f in dataclasses.fields(module) if f.name not in ("parent", "name")}
+    return ensemble(type(module), num_critics)(**fields)
+
+
+@functools.lru_cache(maxsize=32)
+def _check_whole(module: nn.Module, role: str, kind: str, action_dim: int, observation_key: tuple) -> None:
+    observation = networks.probe_batch(networks.from_abstract_key(observation_key))
+    dims = networks.PROBE_DIMS
+    actions = dims + (action_dim,)
+    if role == "critic" and kind == "discrete":
+        networks.check_call(module, (observation,), [actions], f"critic(obs) -> q [..., {action_dim}]")
+    elif role == "critic":
+        call = f"critic(obs, action [..., {action_dim}]) -> q [...]"
+        networks.check_call(module, (observation, jax.ShapeDtypeStruct(actions, jnp.float32)), [dims], call)
+    else:
+        expected = (actions, actions) if kind == "gaussian" else actions
+        output = "(loc, log_std)" if kind == "gaussian" else f"{kind} output"
+        networks.check_call(module, (observation,), [expected], f"actor(obs) -> {output} [..., {action_dim}]")
 
 
 def _transition_behaviour(act: Callable, make_critic: Callable, state, config, uniform: bool) -> Callable:
@@ -176,7 +244,7 @@ def _transition_behaviour(act: Callable, make_critic: Callable, state, config, u
 
 
 TRANSITIONS = DataPath(
-    actor=lambda action_dim, kind, config: Actor(action_dim, kind, *_layout(config)),
+    actor=_feedforward_actor,
     critic=_feedforward_critic,
     init=lambda module, key, config, obs, *inputs: module.init(key, obs, *inputs),
     init_buffer=lambda obs, action, carry, config: offpolicy.init_buffer(obs, action, config),

@@ -55,7 +55,7 @@ from jaxrl import envs, evaluation, networks, optim, returns, rollout
 from jaxrl.algorithms import requirements
 from jaxrl.algorithms.contract import Algorithm
 from jaxrl.buffers import replay
-from jaxrl.config import freeze_mapping, require_choice, require_int, require_range, static
+from jaxrl.config import freeze_mapping, require_int, require_network, require_range, static
 from jaxrl.distributions import mask_actions
 from jaxrl.envs import pgx as pgx_games
 
@@ -168,6 +168,7 @@ class Config:
     batch_size: int = static(256)
     buffer_size: int = static(20_000)  # positions
     total_timesteps: int = static(102_400)  # moves over all games
+    network: Any = static("mlp")  # a shorthand or a user's torso (jaxrl.networks.resolve_torso)
     hidden_sizes: tuple = static((128, 128))
     activation: str = static("relu")
     num_evals: int = static(10)
@@ -200,10 +201,7 @@ class Config:
         for field in ("num_evals", "num_reports", "eval_simulations"):
             require_int(self, field, 0)
         require_int(self, "total_timesteps", self.num_games * self.num_steps)
-        sizes = self.hidden_sizes
-        if not sizes or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in sizes):
-            raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {sizes!r}")
-        require_choice(self, "activation", networks.ACTIVATIONS)
+        require_network(self, network_spec(self))
         if not two_player(self.env_id) and self.buffer_size < self.num_games * self.num_steps:
             # an iteration's steps enter the replay at once, with their value targets
             raise ValueError(
@@ -237,11 +235,13 @@ class State:
 
 
 class PolicyValueNetwork(nn.Module):
-    """An MLP torso over the flattened board (or observation), a policy head (logits
-    ``[..., A]``) and a value head ``[...]``: ``tanh``-bounded to [-1, 1] (the outcome
-    for the player to move) if ``bounded_value``, else unbounded (a discounted return)."""
+    """A torso over the board (or observation; ``network`` as :func:`jaxrl.networks.torso`
+    takes it, an MLP by default), a policy head (logits ``[..., A]``) and a value head
+    ``[...]``: ``tanh``-bounded to [-1, 1] (the outcome for the player to move) if
+    ``bounded_value``, else unbounded (a discounted return)."""
 
     num_actions: int
+    network: str | networks.CustomTorso = "mlp"
     hidden_sizes: tuple = (128, 128)
     activation: str = "relu"
     obs_ndim: int = 1
@@ -249,24 +249,41 @@ class PolicyValueNetwork(nn.Module):
 
     @nn.compact
     def __call__(self, board):
-        features = networks.MLP(self.hidden_sizes, self.activation, self.obs_ndim)(board)
+        features = networks.torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)(board)
         logits = nn.Dense(self.num_actions, kernel_init=networks.orthogonal(0.01))(features)
         value = nn.Dense(1, kernel_init=networks.orthogonal(1.0))(features)[..., 0]
         return logits, jnp.tanh(value) if self.bounded_value else value
 
 
+def network_spec(config) -> envs.EnvSpec:
+    """What the network sees: the env's spec, or a game's board and moves."""
+    if not two_player(config.env_id):
+        return envs.config_spec(config)
+    return _game_spec(config.env_id)
+
+
+@functools.cache
+def _game_spec(env_id: str) -> envs.EnvSpec:
+    game = make_env(env_id)
+    board = jax.eval_shape(game.init, jax.random.key(0)).observation
+    return envs.EnvSpec(
+        obs_shape=tuple(board.shape),
+        obs_dtype=board.dtype,
+        action_kind="discrete",
+        action_shape=(),
+        num_actions=game.num_actions,
+        observation=board,
+    )
+
+
 def make_network(config: Config) -> PolicyValueNetwork:
-    if two_player(config.env_id):
-        env = make_env(config.env_id)
-        num_actions, obs_shape = env.num_actions, env.observation_shape
-    else:
-        spec = envs.config_spec(config)
-        num_actions, obs_shape = spec.num_actions, spec.obs_shape
+    spec = network_spec(config)
     return PolicyValueNetwork(
-        num_actions=num_actions,
+        num_actions=spec.num_actions,
+        network=networks.resolve_torso(config.network, spec),
         hidden_sizes=config.hidden_sizes,
         activation=config.activation,
-        obs_ndim=len(obs_shape),
+        obs_ndim=len(spec.obs_shape),
         bounded_value=two_player(config.env_id),
     )
 

@@ -36,7 +36,7 @@ from jaxrl.algorithms.contract import Algorithm
 from jaxrl.algorithms.offpolicy import initial_carry
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
 from jaxrl.distributions import Categorical, Normal, mask_actions
-from jaxrl.networks import Actor
+from jaxrl.networks import Actor, resolve_torso
 
 
 @struct.dataclass
@@ -50,7 +50,7 @@ class Config:
     num_updates: int = static(5_000)  # gradient steps (one per iteration)
     batch_size: int = static(256)
     loss: str = static("mse")  # continuous actions: "mse" or "gaussian"; discrete: cross-entropy
-    network: str = static("mlp")  # "mlp" or "cnn" (MinAtar)
+    network: Any = static("mlp")  # a shorthand or your torso: networks.resolve_torso
     hidden_sizes: tuple = static((64, 64))
     activation: str = static("relu")
     normalize_observations: bool = static(True)  # by the dataset's statistics, kept in params
@@ -71,7 +71,7 @@ class Config:
         if not isinstance(self.dataset_path, str):
             raise TypeError(f"dataset_path must be a string, got {self.dataset_path!r}")
         spec = env_spec(self)
-        require_network(self, spec.obs_ndim)
+        require_network(self, spec)
         requirements.refuse_multi_discrete(spec, self.env_id, "bc")
         if not spec.discrete and len(spec.action_shape) != 1:
             raise ValueError(f"BC needs flat continuous actions, {self.env_id} has action shape {spec.action_shape}")
@@ -106,7 +106,7 @@ def make_network(config: Config) -> Actor:
     return Actor(
         action_dim=action_dim,
         kind=kind,
-        network=config.network,
+        network=resolve_torso(config.network, spec),
         hidden_sizes=config.hidden_sizes,
         activation=config.activation,
         obs_ndim=spec.obs_ndim,

@@ -41,7 +41,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import envs, optim, rollout, value_heads
+from jaxrl import envs, networks, optim, rollout, value_heads
 from jaxrl.algorithms import offpolicy, requirements
 from jaxrl.buffers.prioritized import Prioritized, Uniform, replay_priorities
 from jaxrl.config import (
@@ -55,7 +55,7 @@ from jaxrl.config import (
 )
 from jaxrl.distributions import mask_actions
 from jaxrl.exploration import ApeXEpsilons, EpsilonGreedy, NoisyNets
-from jaxrl.networks import QNetwork
+from jaxrl.networks import QNetwork, resolve_torso
 
 LEARNER_METRICS = ("loss", "q_mean", "td_abs")
 EXPLORATIONS = {"epsilon_greedy": EpsilonGreedy, "apex": ApeXEpsilons, "noisy": NoisyNets}
@@ -77,7 +77,7 @@ class QLearningConfig(offpolicy.ReplaySchedule):
     buffer_size: int = static(50_000)  # transitions (rounded up to a multiple of num_envs)
     learning_starts: int = static(2_000)  # random-action steps before the first update
     total_timesteps: int = static(100_000)
-    network: str = static("mlp")  # "mlp" or "cnn" (MinAtar)
+    network: Any = static("mlp")  # a shorthand or your torso: networks.resolve_torso
     hidden_sizes: tuple = static((128, 128))
     activation: str = static("relu")
     target_update_period: int = static(100)  # updates between target refreshes
@@ -118,7 +118,7 @@ class QLearningConfig(offpolicy.ReplaySchedule):
                 f"DQN needs a discrete action space; env_id {self.env_id!r} has a continuous (Box) "
                 f"action space of shape {spec.action_shape} (use SAC, TD3 or DDPG)"
             )
-        require_network(self, spec.obs_ndim)
+        require_network(self, spec, check_whole_network)
 
     def check_traced(self) -> None:
         """ValueErrors for traced hyper-parameters out of range (skipped while tracing)."""
@@ -228,14 +228,31 @@ def replay_part(config: QLearningConfig) -> Prioritized | Uniform:
     return replay_priorities(config.prioritized, config.uniform_part)
 
 
+def check_whole_network(config: QLearningConfig, spec) -> None:
+    """A whole Q-network (:class:`jaxrl.networks.Whole`) is called ``network(obs) -> q``,
+    feed-forward, its own head: ``[..., A]`` values, or ``[..., A, outputs]`` for a
+    distributional ``head``."""
+    extras = {"memory": getattr(config, "memory", "none") != "none", "dueling": config.dueling}
+    extras["noisy exploration"] = bool(config.exploration.network_settings())
+    if any(extras.values()):
+        on = [name for name, value in extras.items() if value]
+        raise ValueError(f"network: a whole Q-network (jaxrl.networks.Whole) brings its own head; turn off {on}")
+    module = networks.user_module(config.network.network, spec)
+    shape = networks.PROBE_DIMS + (spec.num_actions,) + ((config.head.outputs,) if config.head.outputs > 1 else ())
+    outputs = f"[..., {spec.num_actions}" + (f", {config.head.outputs}]" if config.head.outputs > 1 else "]")
+    networks.check_call(module, (networks.probe_batch(spec.observation),), [shape], f"network(obs) -> q {outputs}")
+
+
 def make_network(config: QLearningConfig, memory: str = "none", memory_size: int = 128) -> QNetwork:
     """The Q-network: ``head.outputs`` per action, dueling and (by the ``exploration``
     part's :meth:`~jaxrl.exploration.NoisyNets.network_settings`) noisy as configured; a
     recurrent core of ``memory_size`` units after the torso with ``memory`` (R2D2's)."""
     spec = env_spec(config)
+    if isinstance(config.network, networks.Whole):
+        return networks.WholeQ(networks.user_module(config.network.network, spec))
     return QNetwork(
         num_actions=spec.num_actions,
-        network=config.network,
+        network=resolve_torso(config.network, spec),
         hidden_sizes=config.hidden_sizes,
         activation=config.activation,
         obs_ndim=spec.obs_ndim,

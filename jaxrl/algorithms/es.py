@@ -65,7 +65,7 @@ class Config:
     total_timesteps: int = static(2_000_000)  # at most; generations = this // (population x episodes x time limit)
     sample_actions: bool = static(False)  # fitness of sampled actions instead of the deterministic policy
     normalize_observations: bool = static(True)  # running stats of the population's observations, in params
-    network: str = static("mlp")
+    network: Any = static("mlp")  # a shorthand or your torso: networks.resolve_torso
     hidden_sizes: tuple = static((32, 32))
     activation: str = static("tanh")
     num_evals: int = static(10)  # deterministic evaluations of the current parameters over the run
@@ -94,7 +94,7 @@ class Config:
         for field in ("sample_actions", "normalize_observations"):
             require_choice(self, field, (True, False))
         spec = envs.config_spec(self)
-        require_network(self, spec.obs_ndim)
+        require_network(self, spec)
         requirements.refuse_multi_discrete(spec, self.env_id, "es")
         if not spec.discrete and len(spec.action_shape) != 1:
             raise ValueError(f"es needs a Discrete or a 1-D Box action space; {self.env_id} has {spec.action_shape}")
@@ -149,7 +149,7 @@ def make_network(config) -> networks.Actor:
     return networks.Actor(
         action_dim=spec.num_actions if spec.discrete else spec.action_shape[0],
         kind="categorical" if spec.discrete else "deterministic",
-        network=config.network,
+        network=networks.resolve_torso(config.network, spec),
         hidden_sizes=config.hidden_sizes,
         activation=config.activation,
         obs_ndim=spec.obs_ndim,

@@ -23,6 +23,7 @@ sees the memory alone.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -79,7 +80,7 @@ class Config:
     num_envs: int = static(4)
     num_steps: Any = static(128)  # rollout length per env per iteration
     total_timesteps: int = static(500_000)
-    network: str = static("mlp")  # "mlp" or "cnn" (MinAtar)
+    network: Any = static("mlp")  # a shorthand or your torso: networks.resolve_torso
     hidden_sizes: tuple = static((64, 64))
     memory: str = static("none")  # "gru" or "lstm": a recurrent core after the torso
     memory_size: int = static(128)  # the recurrent core's units
@@ -108,7 +109,7 @@ class Config:
         for field in ("num_evals", "num_reports"):
             require_int(self, field, 0)
         require_int(self, "total_timesteps", self.num_envs * self.num_steps)
-        require_network(self, envs.config_spec(self).obs_ndim)
+        require_network(self, envs.config_spec(self), check_whole_network)
         # A padding step would carry one episode's memory into the next. An agent that has
         # left (multi-agent) is terminated at each of its invalid steps, so its memory resets.
         if self.memory != "none" and not self.multi_agent:
@@ -250,15 +251,16 @@ def make_network(config) -> ActorCritic:
     another (``sum(nvec)``) for MultiDiscrete ones, a Gaussian's mean and log-std for Box.
     With a ``centralised_critic`` its critic reads other inputs (:func:`split_observation`)."""
     spec = envs.config_spec(config)
+    if isinstance(config.network, networks.Whole):
+        return networks.user_module(config.network.network, spec)
     actor_obs, critic_obs = split_observation(spec.observation, config)
-    if spec.continuous:
-        action_dim = spec.action_shape[0]
-    else:
-        action_dim = spec.num_actions if spec.discrete else sum(spec.action_nvec)
     return ActorCritic(
-        action_dim=action_dim,
+        action_dim=_action_dim(spec),
         discrete=not spec.continuous,
-        network=config.network,
+        network=networks.resolve_torso(config.network, _input_spec(spec, actor_obs)),
+        critic_network=None
+        if critic_obs is None
+        else networks.resolve_torso(config.network, _input_spec(spec, critic_obs)),
         hidden_sizes=config.hidden_sizes,
         activation=config.activation,
         obs_ndim=_layouts(actor_obs, spec),
@@ -269,6 +271,47 @@ def make_network(config) -> ActorCritic:
         shared_memory=config.shared_memory,
         state_dependent_std=policy_exploration(config.sde).state_dependent_std,
     )
+
+
+def _action_dim(spec: envs.EnvSpec) -> int:
+    """The policy head's outputs: a Gaussian's dims, or every discrete choice's logits."""
+    if spec.continuous:
+        return spec.action_shape[0]
+    return spec.num_actions if spec.discrete else sum(spec.action_nvec)
+
+
+def check_whole_network(config, spec: envs.EnvSpec) -> None:
+    """A whole network (:class:`jaxrl.networks.Whole`) here is called as
+    :class:`~jaxrl.networks.ActorCritic` is, feed-forward, and returns its outputs."""
+    extras = {"memory": config.memory != "none", "centralised_critic": config.centralised_critic}
+    extras["sde"] = policy_exploration(config.sde).state_dependent_std
+    if any(extras.values()):
+        on = [name for name, value in extras.items() if value]
+        raise ValueError(f"network: a whole network (jaxrl.networks.Whole) is feed-forward on its own; turn off {on}")
+    module = networks.user_module(config.network.network, spec)
+    dims, action_dim = networks.PROBE_DIMS, _action_dim(spec)
+    policy = [dims + (action_dim,)]
+    if spec.continuous:
+        policy = [(dims + (action_dim,), log_std) for log_std in ((action_dim,), dims + (action_dim,))]
+    call = (
+        f"network(obs, carry=(), reset=None, critic_obs=None) -> ({'(mean, log_std)' if spec.continuous else 'logits'}"
+        f" [..., {action_dim}], value [...], carry ())"
+    )
+    networks.check_call(
+        module, (networks.probe_batch(spec.observation), (), None, None), [(p, dims, ()) for p in policy], call
+    )
+
+
+def _input_spec(spec: envs.EnvSpec, observation) -> envs.EnvSpec:
+    """The spec of one network's input: ``spec`` narrowed to ``observation``, a part of
+    its dict observation (:func:`split_observation`), so a user's torso factory sees what
+    that network reads."""
+    if observation is spec.observation:
+        return spec
+    classes = spec.obs_classes or (0,) * len(jax.tree.leaves(spec.observation))
+    tree = jax.tree.unflatten(jax.tree.structure(spec.observation), list(classes))
+    kept = tuple(jax.tree.leaves({k: tree[k] for k in observation}))
+    return dataclasses.replace(spec, observation=observation, obs_classes=kept if any(kept) else ())
 
 
 def _agents_first(tree, layouts, to_front: bool = True):
@@ -347,7 +390,8 @@ def initial_carry(config, batch_size: int):
     if config.multi_agent:
         agents = envs.config_num_agents(config)
         memory = jax.tree.map(lambda c: jnp.zeros((batch_size, agents) + c.shape[1:], c.dtype), memory)
-    sde = exploration.initial_carry(batch_size, path.num_features(config), make_network(config).action_dim)
+    features = path.num_features(config) if exploration.state_dependent_std else 0  # only gSDE's noise reads them
+    sde = exploration.initial_carry(batch_size, features, _action_dim(envs.config_spec(config)))
     return exploration.join(memory, sde)
 
 
@@ -521,7 +565,7 @@ class DataPath(NamedTuple):
 
 FEED_FORWARD = DataPath(
     initial_memory=_no_memory,
-    num_features=lambda config: config.hidden_sizes[-1],
+    num_features=lambda config: networks.torso_features(make_network(config).network, config.hidden_sizes),
     policy_step=_feed_forward_step,
     trajectory_policy_and_value=_feed_forward_trajectory,
     bootstrap_value=_feed_forward_bootstrap,

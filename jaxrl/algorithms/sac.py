@@ -50,13 +50,13 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxrl import envs, optim
+from jaxrl import envs, networks, optim
 from jaxrl.algorithms import actor_critic, offpolicy, requirements
 from jaxrl.algorithms.actor_critic import data_path
 from jaxrl.config import choose_part, require_range, static
 from jaxrl.distributions import Categorical, TanhNormal, mask_actions
 from jaxrl.exploration import GSDE, policy_exploration
-from jaxrl.networks import QNetwork, ensemble
+from jaxrl.networks import QNetwork, ensemble, resolve_torso
 
 LEARNER_METRICS = ("critic_loss", "actor_loss", "alpha_loss", "q_mean", "alpha", "entropy")
 SDE = "sde"  # the carry's entry for gSDE's noise matrices
@@ -207,8 +207,11 @@ TANH_GAUSSIAN = PolicyKind(
 
 
 def _categorical_critic(config: Config):
-    network, hidden_sizes, activation = config.network, config.hidden_sizes, config.activation
-    obs_ndim = envs.config_spec(config).obs_ndim
+    if isinstance(config.network, networks.Whole):
+        return actor_critic.whole_critics(2, _action_dim(config), True, config)
+    spec = envs.config_spec(config)
+    network, hidden_sizes, activation = resolve_torso(config.network, spec), config.hidden_sizes, config.activation
+    obs_ndim = spec.obs_ndim
     return ensemble(QNetwork, 2)(_action_dim(config), network, hidden_sizes, activation, obs_ndim)
 
 
@@ -351,7 +354,8 @@ def initial_carry(config: Config, batch_size: int):
     counters), so that the rollout resets both where an episode ends; ``()`` without
     either."""
     carry, exploration = offpolicy.initial_carry(config, batch_size), policy_exploration(config.sde)
-    sde = exploration.initial_carry(batch_size, make_actor(config).num_features, _action_dim(config))
+    features = make_actor(config).num_features if exploration.state_dependent_std else 0  # only gSDE's noise reads them
+    sde = exploration.initial_carry(batch_size, features, _action_dim(config))
     return actor_critic.with_entry(carry, SDE, sde)
 
 

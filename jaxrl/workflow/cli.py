@@ -103,6 +103,13 @@ def _add_config_arguments(sub, record) -> None:
         metavar="NAME=VALUE",
         help="override an env parameter, e.g. max_steps_in_episode=200 (repeatable)",
     )
+    if "network" in {field.name for field in dataclasses.fields(record.Config)}:
+        sub.add_argument(
+            "--network",
+            metavar="NAME",
+            help="the torso: mlp, cnn, nature_cnn, impala_cnn or package.module:name, a flax module or a "
+            "factory called with the env's spec (imported; the current directory is on the path)",
+        )
     sub.add_argument("--no-preset", action="store_true", help="ignore the tuned settings for this env")
     variants = record.variants
     if variants:
@@ -365,6 +372,8 @@ def make_config(record, args):
             raise UsageError(f"cannot parse env parameter {name}={text!r}") from None
     if env_kwargs:
         overrides["env_kwargs"] = env_kwargs
+    if getattr(args, "network", None) is not None:
+        overrides["network"] = args.network
     if args.seeds < 1:
         raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
     try:
