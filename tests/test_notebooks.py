@@ -7,13 +7,19 @@ import pathlib
 import pytest
 
 NOTEBOOKS = sorted((pathlib.Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+# Notebooks that train to a stated return (learning tests, minutes each): marked slow.
+LEARNING = {"custom_networks.ipynb"}
 
 
 def test_there_are_notebooks():
     assert NOTEBOOKS
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path",
+    [pytest.param(p, marks=pytest.mark.slow) if p.name in LEARNING else p for p in NOTEBOOKS],
+    ids=lambda p: p.name,
+)
 def test_notebook_runs(path, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # files a notebook writes (plots) land here
     notebook = json.loads(path.read_text())
