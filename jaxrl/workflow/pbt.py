@@ -185,7 +185,7 @@ def train(
         name=module.name,
         init=lambda: jax.jit(members.init)(key_data),
         chunk=chunk,
-        metric_names=lambda tree, length: jax.eval_shape(members.run_rounds, tree, 0, length)[1],
+        metric_names=members.metric_names,
         num_iterations=program.num_iterations,
         counter=program.counter,
         budget=program.budget,
@@ -275,6 +275,10 @@ class _Population:
         # [rounds, P, interval] -> [P, length], each row following its member slot
         metrics = jax.tree.map(lambda m: jnp.moveaxis(m, 1, 0).reshape((m.shape[1], -1) + m.shape[3:]), metrics)
         return distributed.constrain_lanes(({**tree, "states": states, "values": values}, metrics), self.mesh)
+
+    def metric_names(self, tree, length: int) -> dict:
+        """The metrics of :meth:`run_rounds` (traced, not compiled)."""
+        return jax.eval_shape(functools.partial(self.run_rounds, length=length), tree, 0)[1]
 
     def _round(self, run_keys, pbt_key, carry, round_index):
         """One round: every member trains ``interval`` iterations (on its own device
