@@ -130,14 +130,22 @@ def run(
         chunk_iterations=chunk_iterations,
         options=options,
     )
-    by_setting = lambda leaf: leaf.reshape((-1, seeds) + leaf.shape[1:])  # noqa: E731  [C * S, ...] -> [C, S, ...]
     return SweepResult(
         swept,
-        {name: by_setting(values) for name, values in result.metrics.items()},
-        jax.tree.map(by_setting, result.state),
+        _by_setting(result.metrics, seeds),
+        _states_by_setting(result.state, seeds),
         result.compile_seconds,
         result.run_seconds,
     )
+
+
+def _by_setting(tree, seeds: int):
+    """Leaves ``[C * S, ...]`` (the runner's lanes) as ``[C, S, ...]``."""
+    return jax.tree.map(lambda leaf: leaf.reshape((-1, seeds) + leaf.shape[1:]), tree)
+
+
+# One program for the whole state, where reshaping leaf by leaf compiles one per shape.
+_states_by_setting = jax.jit(_by_setting, static_argnums=1)
 
 
 # ----------------------------------------------------------------------------- statistics
