@@ -54,8 +54,11 @@ def _restore_target(leaf) -> jax.ShapeDtypeStruct:
     """A template leaf's shape, dtype and sharding, restored into. A leaf with no sharding
     (a NumPy array) goes to the default device: orbax would look for the devices it was
     saved from (a run whose lanes spanned a mesh)."""
-    sharding = getattr(leaf, "sharding", None) or jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    return jax.ShapeDtypeStruct(np.shape(leaf), leaf.dtype, sharding=sharding)
+    target = _orbax().utils.to_shape_dtype_struct(leaf)
+    if not isinstance(target, jax.ShapeDtypeStruct) or target.sharding is not None:
+        return target
+    default_device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    return jax.ShapeDtypeStruct(target.shape, target.dtype, sharding=default_device)
 
 
 def _jsonable(value):

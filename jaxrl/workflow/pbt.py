@@ -164,10 +164,10 @@ def train(
     options = with_keywords(options, deprecated, "pbt.train")
     module = algorithms.resolve(algorithm)
     program = module.program(config)
-    initial = initial_hyperparams(bounds, population, seed) if initial is None else initial
     rounds, rounds_per_chunk = _check_arguments(
         module.name, program, bounds, population, interval, fraction, rounds_per_chunk, initial, options
     )
+    initial = initial_hyperparams(bounds, population, seed) if initial is None else initial
     mesh = options.mesh
     configs = swept_config(config, initial)  # checks the fields are traced and in range
     fields = tuple(bounds.items())
@@ -224,9 +224,9 @@ def _check_arguments(name, program, bounds, population, interval, fraction, roun
             f"{name}'s population keeps part of its state on the host (a host env): it can neither be resumed "
             f"nor span a mesh"
         )
-    if set(initial) != set(bounds):
+    if initial is not None and set(initial) != set(bounds):
         raise ValueError(f"initial must give the fields of bounds {sorted(bounds)}, got {sorted(initial)}")
-    for field, values in initial.items():
+    for field, values in (initial or {}).items():
         low, high = bounds[field]
         if np.shape(values) != (population,) or not np.all((low <= np.asarray(values)) & (np.asarray(values) <= high)):
             raise ValueError(f"initial[{field!r}] must be {population} values within {bounds[field]}")
