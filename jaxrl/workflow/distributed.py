@@ -5,11 +5,15 @@
 Two ways to use many devices, both compiling one program over a
 :class:`jax.sharding.Mesh`:
 
-* **Lanes** (seeds, sweep settings): :func:`train_seeds` / :func:`train_lanes` run
-  ``jax.vmap(train)`` with the lane axis split over the devices (``shard_map``). Lanes
-  are independent, so the devices never talk during training. A lane count the devices
-  do not divide is padded with copies of lane 0 inside the program and cut off again
-  (at most ``devices - 1`` wasted lanes). :func:`jaxrl.workflow.sweep.run` uses the same code.
+* **Lanes** (seeds, sweep settings, PBT members): :func:`lanes_split` runs a vmapped
+  function with the lane axis split over the devices (``shard_map``). Lanes are
+  independent, so the devices never talk during training. The runner's chunk loop
+  (:func:`jaxrl.workflow.runner.run`, and so :func:`jaxrl.workflow.sweep.run` and
+  :func:`jaxrl.workflow.pbt.train`, given ``RunOptions(mesh=...)``) splits its lanes so,
+  :func:`check_lanes` requiring that they divide over the devices; :func:`train_seeds` /
+  :func:`train_lanes` train whole runs in one program, padding a lane count the devices
+  do not divide with copies of lane 0 and cutting them off again (at most
+  ``devices - 1`` wasted lanes).
 * **One run, data parallel**: :func:`train_data_parallel` (or :func:`data_parallel` on
   any :class:`jaxrl.loop.Program`) keeps every state field but the env batch
   (``state.env_state`` / ``state.obs``, leading ``[num_envs]``) replicated and shards
