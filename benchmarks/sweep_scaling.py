@@ -10,14 +10,15 @@ Lanes: 1 = one learning rate x 1 seed; L >= 4 = L / 4 learning rates (log-spaced
 [1e-4, 3e-3]) x 4 seeds. Every lane runs ``ppo.Config`` (PureJaxRL's CartPole settings)
 with ``total_timesteps`` from the command line.
 
-* sweep: ``jaxrl.workflow.sweep.run``, i.e. ``jit(vmap(ppo.train))`` over the lanes; compile time is
-  ``lower`` + ``compile``, run time the compiled call until ``block_until_ready``.
+* sweep: ``jaxrl.workflow.sweep.run`` in one chunk, i.e. ``jit(vmap(ppo.train))`` over the lanes;
+  compile time is ``lower`` + ``compile``, run time the compiled call until its metrics are on the host.
 * one by one: ``jax.jit(ppo.train)`` compiled once, before all rows (the learning rate
   is a traced field, so every lane reuses it; its compile time is printed below the
   table), then each lane called in turn; run time is the sum.
 
-* sharded (``--devices N``): the same ``jaxrl.workflow.sweep.run``, its lanes split over N
-  devices (``jaxrl.workflow.distributed``); on a CPU those are N forced host devices
+* sharded (``--devices N``): the same ``jaxrl.workflow.sweep.run``, its lanes split over a mesh
+  of the first N devices (``RunOptions(mesh=...)``; of as many as divide the lanes, so 1 lane
+  runs on 1 device); on a CPU those are N forced host devices
   (``--xla_force_host_platform_device_count``), so it runs in a subprocess started
   with that flag, after the other measurements.
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -42,7 +44,8 @@ import numpy as np  # noqa: E402
 from _harness import machine_info, report  # noqa: E402
 
 from jaxrl.algorithms import ppo  # noqa: E402
-from jaxrl.workflow import sweep  # noqa: E402
+from jaxrl.workflow import distributed, sweep  # noqa: E402
+from jaxrl.workflow.options import RunOptions  # noqa: E402
 
 SEEDS_PER_SETTING = 4
 
@@ -63,9 +66,11 @@ def compile_single(config):
     return compiled, time.perf_counter() - start
 
 
-def measure_sweep(lanes: int, config):
+def measure_sweep(lanes: int, config, mesh=None):
     learning_rates, seeds = lanes_layout(lanes)
-    return sweep.run("ppo", config, {"learning_rate": learning_rates}, seeds=seeds)
+    whole_run = ppo.program(config).num_iterations  # one chunk: the sweep as one program
+    settings = {"learning_rate": learning_rates}
+    return sweep.run("ppo", config, settings, seeds, chunk_iterations=whole_run, options=RunOptions(mesh=mesh))
 
 
 def measure_sharded(args) -> list[dict]:
@@ -164,13 +169,14 @@ def main(argv=None) -> int:
     config = ppo.Config(env_id="CartPole-v1", total_timesteps=args.total_timesteps, num_reports=0)
     if args.sharded_worker:
         for lanes in args.lanes:
-            result = measure_sweep(lanes, config)
+            devices = math.gcd(lanes, jax.device_count())  # the lanes must divide over the devices
+            result = measure_sweep(lanes, config, distributed.make_mesh(jax.devices()[:devices]))
             steps = int(np.max(result.metrics["timesteps"][..., -1]))
             print(
                 json.dumps(
                     {
                         "lanes": lanes,
-                        "devices": jax.device_count(),
+                        "devices": devices,
                         "sharded_compile": result.compile_seconds,
                         "sharded_run": result.run_seconds,
                         "sharded_rate": lanes * steps / result.run_seconds,
@@ -196,7 +202,7 @@ def main(argv=None) -> int:
         f"{args.total_timesteps:,} env steps per lane; everything in one process, one measurement at a time",
     ]
     if args.devices > 1:
-        notes.append(f"sharded: the sweep split over {results[0]['devices']} devices, in a subprocess")
+        notes.append(f"sharded: the sweep split over up to {args.devices} devices (as many as divide its lanes)")
     report(
         "Sweep scaling: PPO on CartPole-v1 as lanes of one program (jaxrl.workflow.sweep) or one by one",
         headers,

@@ -22,6 +22,8 @@ from flax import struct  # noqa: E402
 from jaxrl import loop  # noqa: E402
 from jaxrl.algorithms import ppo  # noqa: E402
 from jaxrl.types import TrainOutput  # noqa: E402
+from jaxrl.workflow import runner  # noqa: E402
+from jaxrl.workflow.options import RunOptions  # noqa: E402
 
 # 16 iterations of 8 envs x 16 steps; one evaluation, at the end.
 CONFIG = ppo.Config(
@@ -82,6 +84,9 @@ def on_devices() -> tuple[dict, dict]:
         arrays.update({**flat(f"single{s}/params", out.state.params), **flat(f"single{s}/metrics", out.metrics)})
     seeds = distributed.train_seeds("ppo", CONFIG, keys)
     arrays.update({**flat("seeds/params", seeds.state.params), **flat("seeds/metrics", seeds.metrics)})
+    # the same 4 seeds in the runner's chunk loop, one per device
+    chunked = runner.run("ppo", CONFIG, seeds=4, chunk_iterations=8, options=RunOptions(mesh=distributed.make_mesh()))
+    arrays.update(flat("chunked/params", chunked.state.params))
     data_parallel = distributed.train_data_parallel("ppo", CONFIG, keys[0])
     arrays.update({**flat("dp/params", data_parallel.state.params), **flat("dp/metrics", data_parallel.metrics)})
     arrays.update(lanes(num_settings=3, num_seeds=2))  # 6 lanes padded to 8
@@ -90,6 +95,7 @@ def on_devices() -> tuple[dict, dict]:
         "devices": jax.device_count(),
         "seeds_params": shards(jax.tree.leaves(seeds.state.params)[0]),
         "seeds_metrics": shards(seeds.metrics["episode_return"]),
+        "chunked_params": shards(jax.tree.leaves(chunked.state.params)[0]),
         "dp_params": shards(jax.tree.leaves(data_parallel.state.params)[0]),
         "dp_obs": shards(data_parallel.state.obs),
         "dp_env_state": shards(jax.tree.leaves(data_parallel.state.env_state)[0]),

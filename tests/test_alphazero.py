@@ -20,6 +20,7 @@ from jaxrl import envs, evaluation  # noqa: E402
 from jaxrl.algorithms import alphazero as az  # noqa: E402
 from jaxrl.config import sweep_axes  # noqa: E402
 from jaxrl.workflow import cli, runner  # noqa: E402
+from jaxrl.workflow.options import RunOptions  # noqa: E402
 
 SMALL = az.Config(
     num_games=4,
@@ -249,13 +250,15 @@ def test_resumed_run_equals_the_straight_run(tmp_path, mode):
     else:
         # evaluated by search, which has its own episode loop
         config = SOLO.replace(num_steps=3, total_timesteps=4 * 3 * 6, num_evals=3, eval_simulations=4)
-    kwargs = dict(seeds=2, chunk_iterations=2, checkpoint_every=1)
-    straight = runner.run("alphazero", config, logdir=str(tmp_path / "straight"), **kwargs)
+    kwargs = dict(seeds=2, chunk_iterations=2)
+    straight = runner.run("alphazero", config, **kwargs, options=RunOptions(tmp_path / "straight", checkpoint_every=1))
     import shutil
 
     shutil.copytree(tmp_path / "straight", tmp_path / "resumed")
     shutil.rmtree(tmp_path / "resumed" / "checkpoints" / "6")
-    resumed = runner.run("alphazero", config, logdir=str(tmp_path / "resumed"), resume=True, **kwargs)
+    resumed = runner.run(
+        "alphazero", config, **kwargs, options=RunOptions(tmp_path / "resumed", checkpoint_every=1, resume=True)
+    )
     assert np.isfinite(np.asarray(straight.metrics["eval_return"])).any()
     for name, values in straight.metrics.items():
         np.testing.assert_array_equal(resumed.metrics[name], values, err_msg=name)

@@ -211,6 +211,7 @@ import jax
 jax.config.update("jax_default_prng_impl", "unsafe_rbg")
 import numpy as np
 from jaxrl.workflow import runner
+from jaxrl.workflow.options import RunOptions
 from jaxrl.algorithms import dqn
 
 def plain(leaf):
@@ -218,12 +219,14 @@ def plain(leaf):
 
 config = dqn.Config(num_envs=2, num_steps=4, total_timesteps=256, hidden_sizes=(8,), batch_size=8,
                     buffer_size=64, learning_starts=32, num_evals=2, eval_episodes=1, num_reports=0)
-kwargs = dict(seeds=2, chunk_iterations=8, checkpoint_every=1)
-straight = runner.run("dqn", config, logdir=sys.argv[1] + "/straight", **kwargs)
+kwargs = dict(seeds=2, chunk_iterations=8)
+options = RunOptions(sys.argv[1] + "/straight", checkpoint_every=1)
+straight = runner.run("dqn", config, **kwargs, options=options)
 assert jax.random.key_data(jax.random.key(0)).shape == (4,)
 shutil.copytree(sys.argv[1] + "/straight", sys.argv[1] + "/resumed")
 shutil.rmtree(sys.argv[1] + "/resumed/checkpoints/32")
-resumed = runner.run("dqn", config, logdir=sys.argv[1] + "/resumed", resume=True, **kwargs)
+options = RunOptions(sys.argv[1] + "/resumed", checkpoint_every=1, resume=True)
+resumed = runner.run("dqn", config, **kwargs, options=options)
 for ours, theirs in zip(jax.tree.leaves(resumed.state), jax.tree.leaves(straight.state)):
     np.testing.assert_array_equal(plain(ours), plain(theirs))
 for name, values in straight.metrics.items():

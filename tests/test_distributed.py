@@ -76,7 +76,9 @@ def test_on_4_devices_seeds_and_env_batch_equal_the_unsharded_runs_and_bad_input
     # 4 seeds, one per device (final state and metrics alike), each equal to its own run
     for s in range(4):
         assert_close(group(arrays, "seeds/"), group(arrays, f"single{s}/"), lane=s)
-    for name in ("seeds_params", "seeds_metrics"):
+    # the runner's chunk loop splits its lanes over the mesh alike, to the same results
+    assert_close(group(arrays, "chunked/params"), group(arrays, "seeds/params"))
+    for name in ("seeds_params", "seeds_metrics", "chunked_params"):
         assert facts[name]["spec"] == "P('devices',)" and facts[name]["devices"] == 4
         assert len(facts[name]["shapes"]) == 1 and facts[name]["shapes"][0][0] == 1
     kernel = next(value for name, value in group(arrays, "seeds/params").items() if "kernel" in name)

@@ -12,6 +12,7 @@ from interrupt import kill_after_checkpoints  # noqa: E402
 from jaxrl import envs  # noqa: E402
 from jaxrl.algorithms import dqn, ppo  # noqa: E402
 from jaxrl.workflow import runner  # noqa: E402
+from jaxrl.workflow.options import RunOptions  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*precision lowered.*")
 
@@ -171,7 +172,7 @@ RESUME = ppo.Config(
 
 def run(logdir, resume=False):
     return runner.run(
-        "ppo", RESUME, logdir=str(logdir), loggers=("csv",), chunk_iterations=2, checkpoint_every=1, resume=resume
+        "ppo", RESUME, chunk_iterations=2, options=RunOptions(logdir, ("csv",), checkpoint_every=1, resume=resume)
     )
 
 

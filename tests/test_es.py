@@ -14,6 +14,7 @@ import pytest
 from jaxrl.algorithms import es, get
 from jaxrl.config import sweep_axes
 from jaxrl.workflow import cli, runner
+from jaxrl.workflow.options import RunOptions
 
 SMALL = es.Config(
     population_size=8,
@@ -188,12 +189,14 @@ def test_vmap_over_seeds_and_sigmas_compiles_once(train_small):
 
 def test_resume_from_a_checkpoint_gives_the_straight_run(tmp_path):
     pytest.importorskip("orbax.checkpoint")
-    settings = dict(seeds=2, chunk_iterations=2, logdir=None, loggers=("csv",), checkpoint_every=1)
-    straight = runner.run(es, SMALL, **{**settings, "logdir": str(tmp_path / "straight")})
+    settings = dict(seeds=2, chunk_iterations=2)
+    straight = runner.run(es, SMALL, **settings, options=RunOptions(tmp_path / "straight", checkpoint_every=1))
     shutil.copytree(tmp_path / "straight", tmp_path / "resumed")
     for step in (6, 8):  # as after a crash that lost the last two checkpoints
         shutil.rmtree(tmp_path / "resumed" / "checkpoints" / str(step))
-    resumed = runner.run(es, SMALL, **{**settings, "logdir": str(tmp_path / "resumed")}, resume=True)
+    resumed = runner.run(
+        es, SMALL, **settings, options=RunOptions(tmp_path / "resumed", checkpoint_every=1, resume=True)
+    )
     np.testing.assert_array_equal(resumed.iterations, straight.iterations)
     for key, values in straight.metrics.items():
         np.testing.assert_array_equal(resumed.metrics[key], values, err_msg=key)

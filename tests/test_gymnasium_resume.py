@@ -18,6 +18,7 @@ from jaxrl.algorithms import ppo  # noqa: E402
 from jaxrl.envs import gymnasium as gymnasium_bridge  # noqa: E402
 from jaxrl.workflow import runner  # noqa: E402
 from jaxrl.workflow.checkpoint import Checkpoints  # noqa: E402
+from jaxrl.workflow.options import RunOptions  # noqa: E402
 
 # 8 iterations of 32 env steps, 4 chunks of 2.
 CONFIG = ppo.Config(
@@ -39,11 +40,8 @@ def run(logdir, config=CONFIG, resume=False):
         "ppo",
         config,
         seeds=2,
-        logdir=str(logdir),
-        loggers=("csv",),
         chunk_iterations=2,
-        checkpoint_every=1,
-        resume=resume,
+        options=RunOptions(logdir, ("csv",), checkpoint_every=1, resume=resume),
     )
 
 

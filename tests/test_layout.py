@@ -115,6 +115,25 @@ def test_imports_point_down(lower):
     assert not upward, upward
 
 
+# The workflow modules that build on one another, lowest first: a single run, a sweep and
+# a population are lanes of the runner's one chunk loop, so sweep and pbt build on the
+# runner and never the other way round.
+WORKFLOW_ORDER = ["options", "distributed", "runner", "sweep", "pbt", "cli"]
+
+
+def test_workflow_modules_build_on_the_runner():
+    rank = {f"jaxrl.workflow.{name}": index for index, name in enumerate(WORKFLOW_ORDER)}
+    edges = graph()
+    upward = sorted(
+        f"{source} -> {target}"
+        for source in rank
+        for target in edges[source]
+        if target in rank and rank[target] >= rank[source]
+    )
+    assert not upward, upward
+    assert "jaxrl.workflow.runner" in edges["jaxrl.workflow.sweep"] & edges["jaxrl.workflow.pbt"]
+
+
 def test_no_module_imports_a_deprecated_path():
     moved = {p.stem for p in (ROOT / DEPRECATED).glob("*.py") if p.stem != "__init__"}
     offenders = sorted(

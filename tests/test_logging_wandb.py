@@ -15,6 +15,7 @@ import pytest
 from jaxrl.algorithms import ppo
 from jaxrl.workflow import logging as jaxrl_logging
 from jaxrl.workflow import runner
+from jaxrl.workflow.options import RunOptions
 
 pytest.importorskip("wandb")
 
@@ -204,7 +205,7 @@ def test_the_runner_logs_each_seeds_evaluation_to_wandb(tmp_path):
     )
     logdir = tmp_path / "ppo"
     result = runner.run(
-        "ppo", config, seeds=2, chunk_iterations=8, metrics_every=2, logdir=str(logdir), loggers=("wandb",)
+        "ppo", config, seeds=2, chunk_iterations=8, metrics_every=2, options=RunOptions(logdir, ("wandb",))
     )
     (run,) = read_offline_runs(logdir / "wandb")
     history = run["history"]

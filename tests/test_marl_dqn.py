@@ -18,6 +18,7 @@ from jaxrl import envs, sweep_axes, value_heads
 from jaxrl.algorithms import dqn, iql, value_decomposition, vdn
 from jaxrl.buffers import Index, replay, sumtree
 from jaxrl.workflow import runner
+from jaxrl.workflow.options import RunOptions
 
 A = 2  # MultiAgentClimbing-v0's agents
 
@@ -265,15 +266,17 @@ def test_vmap_over_seeds_and_hyperparameters_compiles_once(train_small):
 
 
 def test_runner_trains_and_resumes_vdn(tmp_path, small_run):
-    kwargs = dict(seeds=1, chunk_iterations=4, checkpoint_every=1)
-    straight = runner.run(vdn, SMALL, logdir=str(tmp_path / "straight"), **kwargs)
+    kwargs = dict(seeds=1, chunk_iterations=4)
+    straight = runner.run(vdn, SMALL, **kwargs, options=RunOptions(tmp_path / "straight", checkpoint_every=1))
     for name, value in small_run.metrics.items():  # seed 0 trains from KEY, as train did
         np.testing.assert_allclose(straight.metrics[name][0], value, rtol=1e-5, atol=1e-5, err_msg=name)
     import shutil
 
     shutil.copytree(tmp_path / "straight", tmp_path / "resumed")
     shutil.rmtree(tmp_path / "resumed" / "checkpoints" / str(SMALL.num_iterations))
-    resumed = runner.run(vdn, SMALL, logdir=str(tmp_path / "resumed"), resume=True, **kwargs)
+    resumed = runner.run(
+        vdn, SMALL, **kwargs, options=RunOptions(tmp_path / "resumed", checkpoint_every=1, resume=True)
+    )
     for name, values in straight.metrics.items():
         np.testing.assert_array_equal(resumed.metrics[name], values, err_msg=name)
 

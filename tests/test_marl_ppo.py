@@ -13,6 +13,7 @@ from jaxrl import envs, evaluation, rollout, sweep_axes
 from jaxrl.algorithms import a2c, get, ippo, mappo, onpolicy, ppo
 from jaxrl.envs import multiagent as ma
 from jaxrl.workflow import cli, runner
+from jaxrl.workflow.options import RunOptions
 
 SPREAD = "jaxmarl:MPE_simple_spread_v3"
 SMALL = dict(num_envs=4, num_steps=10, total_timesteps=4 * 10 * 4, num_epochs=2, num_minibatches=2,
@@ -321,14 +322,16 @@ def test_act_evaluates_every_agent_from_params_alone(train_ippo):
 
 def test_runner_checkpoints_and_resumes_exactly(tmp_path):
     config = mappo.Config(**{**SMALL, "total_timesteps": 4 * 10 * 6, "memory": "gru", "memory_size": 8})
-    kwargs = dict(seeds=2, chunk_iterations=2, checkpoint_every=1)
-    straight = runner.run("mappo", config, logdir=str(tmp_path / "straight"), **kwargs)
+    kwargs = dict(seeds=2, chunk_iterations=2)
+    straight = runner.run("mappo", config, **kwargs, options=RunOptions(tmp_path / "straight", checkpoint_every=1))
     import shutil
 
     shutil.copytree(tmp_path / "straight", tmp_path / "resumed")
     last = max((tmp_path / "resumed" / "checkpoints").iterdir(), key=lambda p: int(p.name))
     shutil.rmtree(last)
-    resumed = runner.run("mappo", config, logdir=str(tmp_path / "resumed"), resume=True, **kwargs)
+    resumed = runner.run(
+        "mappo", config, **kwargs, options=RunOptions(tmp_path / "resumed", checkpoint_every=1, resume=True)
+    )
     for name, values in straight.metrics.items():
         np.testing.assert_array_equal(resumed.metrics[name], values, err_msg=name)
     for ours, theirs in zip(jax.tree.leaves(resumed.state), jax.tree.leaves(straight.state)):

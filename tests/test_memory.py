@@ -10,6 +10,7 @@ import pytest
 from jaxrl import networks, sweep_axes
 from jaxrl.algorithms import a2c, dqn, onpolicy, ppo
 from jaxrl.workflow import runner
+from jaxrl.workflow.options import RunOptions
 
 
 def sigmoid(x):
@@ -221,14 +222,16 @@ def test_seeds_and_a_traced_setting_compile_once_and_match_single_runs():
 
 
 def test_a_recurrent_run_resumes_bit_for_bit(tmp_path):
-    kwargs = dict(seeds=2, chunk_iterations=1, checkpoint_every=1)
-    straight = runner.run("ppo", CONFIG, logdir=str(tmp_path / "straight"), **kwargs)
+    kwargs = dict(seeds=2, chunk_iterations=1)
+    straight = runner.run("ppo", CONFIG, **kwargs, options=RunOptions(tmp_path / "straight", checkpoint_every=1))
     import shutil
 
     shutil.copytree(tmp_path / "straight", tmp_path / "resumed")
     for step in (3, 4):
         shutil.rmtree(tmp_path / "resumed" / "checkpoints" / str(step))
-    resumed = runner.run("ppo", CONFIG, logdir=str(tmp_path / "resumed"), resume=True, **kwargs)
+    resumed = runner.run(
+        "ppo", CONFIG, **kwargs, options=RunOptions(tmp_path / "resumed", checkpoint_every=1, resume=True)
+    )
     assert straight.state.carry.shape == (2, CONFIG.num_envs, CONFIG.memory_size)
     for ours, theirs in zip(jax.tree.leaves(resumed.state), jax.tree.leaves(straight.state)):
         if not jax.dtypes.issubdtype(ours.dtype, jax.dtypes.prng_key):

@@ -16,6 +16,7 @@ from jax.flatten_util import ravel_pytree
 from jaxrl.algorithms import get, ppo, ppo_es
 from jaxrl.config import replace_paths, sweep_axes
 from jaxrl.workflow import cli, runner
+from jaxrl.workflow.options import RunOptions
 
 # Two mirrored pairs on 8-step episodes, a tiny inner PPO: 3 generations.
 TINY_PPO = ppo.Config(num_envs=2, num_steps=8, num_minibatches=1, num_epochs=2, hidden_sizes=(8,))
@@ -157,7 +158,7 @@ def test_command_line_and_runner(tmp_path, capsys):
     assert "ppo_es on Pendulum-v1" in capsys.readouterr().out
     config = cli.make_config(ppo_es.algorithm, cli.build_parser().parse_args(COMMAND))
     assert config.ppo.memory == "gru" and config.num_iterations == 1048 // (2 * 16 + 3 * 8)
-    result = runner.run("ppo_es", config, logdir=str(tmp_path / "run"))
+    result = runner.run("ppo_es", config, options=RunOptions(tmp_path / "run"))
     assert result.completed == config.num_iterations and (tmp_path / "run" / "metrics.csv").exists()
     params = jax.tree.map(lambda x: x[0], result.state.params)
     action, carry = ppo_es.act(params, jnp.zeros((5, 3)), ppo_es.initial_carry(config, 5), jax.random.key(1), config)

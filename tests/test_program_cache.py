@@ -24,6 +24,7 @@ from jaxrl import loop
 from jaxrl.algorithms import bc, ppo
 from jaxrl.workflow import logging as jaxrl_logging
 from jaxrl.workflow import metrics, program_cache, runner
+from jaxrl.workflow.options import RunOptions
 
 SEEDS = 2
 CHUNK = 4
@@ -134,7 +135,7 @@ def test_a_progress_bar_run_is_cached_too(cache, monkeypatch, capsys):
     with jaxrl_logging.sink(reports.append):
         for _ in range(2):
             runner._cached_programs.cache_clear()
-            result = runner.run("ppo", config, seeds=SEEDS, chunk_iterations=CHUNK, progress=True)
+            result = runner.run("ppo", config, seeds=SEEDS, chunk_iterations=CHUNK, options=RunOptions(progress=True))
     assert counter.traces == 1 and reports == []
     assert result.completed == config.num_iterations
     assert "1.02k/1.02k" in capsys.readouterr().err  # the bar reached the run's env steps
@@ -287,7 +288,16 @@ def test_a_bc_run_from_a_dataset_or_its_file_is_loaded_and_equal(cache, monkeypa
     runs = []
     for run_config, run_dataset in [(config, dataset), (config, dataset), (from_file, None), (from_file, None)]:
         runner._cached_programs.cache_clear()
-        runs.append(runner.run("bc", run_config, seeds=SEEDS, dataset=run_dataset, chunk_iterations=10, progress=True))
+        runs.append(
+            runner.run(
+                "bc",
+                run_config,
+                seeds=SEEDS,
+                dataset=run_dataset,
+                chunk_iterations=10,
+                options=RunOptions(progress=True),
+            )
+        )
     assert counter.traces == 2 and len(list(cache.glob("*.program"))) == 4  # one trace, two entries per config
     for run in runs[1:]:
         assert_same_run(run, runs[0])

@@ -439,14 +439,17 @@ def test_an_r2d2_run_resumes_bit_for_bit(tmp_path):
     import shutil
 
     from jaxrl.workflow import runner
+    from jaxrl.workflow.options import RunOptions
 
     config = CONFIG.replace(prioritized=True)
-    kwargs = dict(seeds=2, chunk_iterations=1, checkpoint_every=1)
-    straight = runner.run("r2d2", config, logdir=str(tmp_path / "straight"), **kwargs)
+    kwargs = dict(seeds=2, chunk_iterations=1)
+    straight = runner.run("r2d2", config, **kwargs, options=RunOptions(tmp_path / "straight", checkpoint_every=1))
     shutil.copytree(tmp_path / "straight", tmp_path / "resumed")
     for step in (3, 4):
         shutil.rmtree(tmp_path / "resumed" / "checkpoints" / str(step))
-    resumed = runner.run("r2d2", config, logdir=str(tmp_path / "resumed"), resume=True, **kwargs)
+    resumed = runner.run(
+        "r2d2", config, **kwargs, options=RunOptions(tmp_path / "resumed", checkpoint_every=1, resume=True)
+    )
     assert straight.state.carry.shape == (2, config.num_envs, config.memory_size)
     for ours, theirs in zip(jax.tree.leaves(resumed.state), jax.tree.leaves(straight.state)):
         if not jax.dtypes.issubdtype(ours.dtype, jax.dtypes.prng_key):

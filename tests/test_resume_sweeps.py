@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -12,7 +14,8 @@ import pytest
 from interrupt import kill_after_checkpoints
 
 from jaxrl.algorithms import ppo
-from jaxrl.workflow import pbt, sweep
+from jaxrl.workflow import pbt, saved, sweep
+from jaxrl.workflow.options import RunOptions
 
 # 8 iterations of 64 env steps, 4 chunks of 2.
 SWEEP_CONFIG = ppo.Config(
@@ -40,11 +43,8 @@ def run_sweep(logdir, resume=False):
         SWEEP_CONFIG,
         SETTINGS,
         seeds=SEEDS,
-        logdir=str(logdir),
-        loggers=("csv", "jsonl"),
         chunk_iterations=2,
-        checkpoint_every=1,
-        resume=resume,
+        options=RunOptions(logdir=logdir, loggers=("csv", "jsonl"), checkpoint_every=1, resume=resume),
     )
 
 
@@ -55,11 +55,8 @@ def run_pbt(logdir, resume=False):
         BOUNDS,
         population=POPULATION,
         interval=INTERVAL,
-        logdir=str(logdir),
-        loggers=("csv", "jsonl"),
         rounds_per_chunk=1,
-        checkpoint_every=1,
-        resume=resume,
+        options=RunOptions(logdir=logdir, loggers=("csv", "jsonl"), checkpoint_every=1, resume=resume),
     )
 
 
@@ -126,6 +123,16 @@ def test_a_killed_sweep_resumes_to_the_uninterrupted_sweep(straight_sweep, tmp_p
         assert (logdir / log).read_text() == (straight_dir / log).read_text()
 
 
+def test_a_sweep_with_the_old_keywords_warns_and_runs_as_with_options(straight_sweep, tmp_path):
+    _, straight = straight_sweep
+    with pytest.warns(DeprecationWarning, match=r"pass options=RunOptions\(logdir=..., checkpoint_every=...\)"):
+        old = sweep.run("ppo", SWEEP_CONFIG, SETTINGS, SEEDS, chunk_iterations=2, logdir=tmp_path, checkpoint_every=1)
+    for name, values in straight.metrics.items():
+        np.testing.assert_array_equal(old.metrics[name], values, err_msg=name)
+    with pytest.raises(TypeError, match="unexpected keyword argument"):
+        sweep.run("ppo", SWEEP_CONFIG, SETTINGS, logdri=tmp_path)
+
+
 def test_resuming_a_sweep_with_other_settings_is_a_clear_error(straight_sweep):
     logdir, _ = straight_sweep
     with pytest.raises(ValueError, match="from a different run; settings: saved"):
@@ -134,9 +141,8 @@ def test_resuming_a_sweep_with_other_settings_is_a_clear_error(straight_sweep):
             SWEEP_CONFIG,
             {"learning_rate": [1e-4, 3e-3]},
             seeds=SEEDS,
-            logdir=str(logdir),
             chunk_iterations=2,
-            resume=True,
+            options=RunOptions(logdir=logdir, resume=True),
         )
 
 
@@ -191,7 +197,7 @@ def test_pbt_chunking_errors_are_clear():
     with pytest.raises(ValueError, match=r"rounds_per_chunk must be an int in \[1, 4\]"):
         pbt.train("ppo", PBT_CONFIG, BOUNDS, population=POPULATION, interval=INTERVAL, rounds_per_chunk=5)
     with pytest.raises(ValueError, match="need a logdir"):
-        pbt.train("ppo", PBT_CONFIG, BOUNDS, population=POPULATION, interval=INTERVAL, resume=True)
+        pbt.train("ppo", PBT_CONFIG, BOUNDS, population=POPULATION, interval=INTERVAL, options=RunOptions(resume=True))
 
 
 # ----------------------------------------------------------------------------- command line
@@ -265,3 +271,72 @@ def test_cli_pbt_bad_input_is_one_line_and_exit_status_2(args, message, capsys):
 
     assert cli.main(["pbt", "ppo", "--total-timesteps", "1024", *SMALL, "--interval", "4", *args]) == 2
     assert message in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- on 4 devices, from the command line
+
+# Every process of one comparison compiles alike: 4 forced host devices, LLVM at -O0
+# (compile time dominates; results are compared between these processes only).
+FOUR_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_DISABLE_MOST_OPTIMIZATIONS": "1"}
+COMMANDS = {
+    "sweep": ["sweep", "ppo", "--total-timesteps", "512", *SMALL, "--grid", "lr=3e-4,3e-3"],  # 2 x 2 lanes
+    "pbt": ["pbt", "ppo", "--total-timesteps", "1024", *SMALL, "--bounds", "lr=1e-4:3e-3", "--population", "4"],
+}
+
+
+def on_four_devices(kind: str, logdir, *more) -> list[str]:
+    """``kind``'s command, its lanes over 4 devices, in 4 chunks, each checkpointed."""
+    rounds = ["--interval", "4"] if kind == "pbt" else []
+    options = ["--devices", "4", "--chunks", "4", "--checkpoint-every", "1", "--loggers", "csv,jsonl"]
+    return [*COMMANDS[kind], *rounds, *options, "--logdir", str(logdir), *more]
+
+
+def cli_main(args: list[str]) -> None:
+    """The command line in this process (the killed run's)."""
+    from jaxrl.workflow import cli
+
+    assert cli.main(args) == 0
+
+
+def python_m_jaxrl(args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "jaxrl", *args], capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("kind", ["sweep", "pbt"])
+def test_on_4_devices_a_killed_command_line_run_resumes_bit_for_bit(kind, tmp_path, monkeypatch):
+    for name, value in FOUR_DEVICES.items():
+        monkeypatch.setenv(name, value)
+    straight_dir, logdir = tmp_path / "straight", tmp_path / "run"
+    straight_run = python_m_jaxrl(on_four_devices(kind, straight_dir))
+    assert straight_run.returncode == 0, straight_run.stderr[-3000:]
+    kill_after_checkpoints("test_resume_sweeps", f"t.cli_main({on_four_devices(kind, logdir)!r})", tmp_path)
+    resumed_run = python_m_jaxrl(on_four_devices(kind, logdir, "--resume"))
+    assert resumed_run.returncode == 0, resumed_run.stderr[-3000:]
+
+    for log in ("metrics.csv", "metrics.jsonl"):  # every logged metric, as written
+        assert (logdir / log).read_text() == (straight_dir / log).read_text()
+    straight, resumed = saved.load(straight_dir), saved.load(logdir)
+    assert resumed.lanes == straight.lanes == 4 and resumed.step == straight.step
+    assert_trees_equal(resumed.state, straight.state)  # final params, optimiser state, envs
+    assert resumed.history.keys() == straight.history.keys()
+    for name, values in straight.history.items():
+        np.testing.assert_array_equal(resumed.history[name], values, err_msg=name)
+
+
+def test_on_4_devices_lanes_that_do_not_divide_and_too_many_devices_are_usage_errors(monkeypatch):
+    for name, value in FOUR_DEVICES.items():
+        monkeypatch.setenv(name, value)
+    script = """
+import sys
+from jaxrl.workflow import cli
+for args in (["sweep", "ppo", "--grid", "lr=1e-3,3e-3", "--seeds", "3"],
+             ["pbt", "ppo", "--bounds", "lr=1e-4:1e-3", "--population", "6", "--interval", "1"],
+             ["train", "ppo", "--devices", "5"]):
+    assert cli.main(args + ["--devices", "4"] * ("--devices" not in args)) == 2
+"""
+    checked = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert checked.returncode == 0, checked.stderr[-3000:]
+    errors = checked.stderr.strip().splitlines()
+    assert "6 lanes do not divide over the mesh's 4 devices" in errors[0]
+    assert "6 lanes do not divide over the mesh's 4 devices" in errors[1]
+    assert "--devices 5: there are 4 device(s)" in errors[2]

@@ -24,6 +24,7 @@ from jaxrl.algorithms import a2c, dqn, ppo
 from jaxrl.workflow import cli, metrics, runner
 from jaxrl.workflow import logging as jaxrl_logging
 from jaxrl.workflow.checkpoint import Checkpoints
+from jaxrl.workflow.options import RunOptions
 
 TESTS = pathlib.Path(__file__).parent
 CHUNK = 8  # iterations per chunk: every run below has 4 chunks
@@ -64,9 +65,7 @@ def straight_run(name: str, logdir):
         seeds=SEEDS,
         chunk_iterations=CHUNK,
         metrics_every=2,
-        logdir=str(logdir),
-        loggers=("csv", "jsonl", "tensorboard"),
-        checkpoint_every=1,
+        options=RunOptions(logdir=logdir, loggers=("csv", "jsonl", "tensorboard"), checkpoint_every=1),
     )
 
 
@@ -290,9 +289,8 @@ def test_target_return_stops_early_and_saves(tmp_path):
         seeds=SEEDS,
         chunk_iterations=CHUNK,
         metrics_every=2,
-        logdir=str(tmp_path / "run"),
-        checkpoint_every=4,
         target=1.0,
+        options=RunOptions(logdir=tmp_path / "run", checkpoint_every=4),
     )
     assert result.stopped_early and result.completed == CHUNK  # the first evaluation is at iteration 8
     with Checkpoints(tmp_path / "run" / "checkpoints") as checkpoints:
@@ -315,7 +313,7 @@ def test_a_logdir_holding_a_run_is_not_overwritten(ppo_run):
     logdir, _ = ppo_run
     before = (logdir / "metrics.csv").read_bytes()
     with pytest.raises(ValueError, match="already holds a run.*resume=True"):
-        runner.run("ppo", make_config("ppo"), seeds=SEEDS, chunk_iterations=CHUNK, logdir=str(logdir))
+        runner.run("ppo", make_config("ppo"), seeds=SEEDS, chunk_iterations=CHUNK, options=RunOptions(logdir=logdir))
     with pytest.raises(ValueError, match="learning_rate"):
         runner.run(
             "ppo",
@@ -323,11 +321,10 @@ def test_a_logdir_holding_a_run_is_not_overwritten(ppo_run):
             seeds=SEEDS,
             chunk_iterations=CHUNK,
             metrics_every=2,
-            logdir=str(logdir),
-            resume=True,
+            options=RunOptions(logdir=logdir, resume=True),
         )
     with pytest.raises(ValueError, match="algorithm: saved 'ppo', this run 'a2c'"):
-        runner.run("a2c", a2c.Config(), seeds=SEEDS, logdir=str(logdir), resume=True)
+        runner.run("a2c", a2c.Config(), seeds=SEEDS, options=RunOptions(logdir=logdir, resume=True))
     assert (logdir / "metrics.csv").read_bytes() == before
 
 
@@ -346,23 +343,46 @@ def test_a_checkpoint_of_another_structure_is_a_clear_error(ppo_run, tmp_path):
         ({"chunk_iterations": 0}, "chunk_iterations must be an int in \\[1, 32\\]"),
         ({"chunk_iterations": 33}, "chunk_iterations must be an int in \\[1, 32\\]"),
         ({"chunk_iterations": 8, "metrics_every": 3}, "metrics_every must be an int >= 1 dividing chunk_iterations=8"),
-        ({"checkpoint_every": 0, "logdir": "x"}, "checkpoint_every must be an int >= 1"),
-        ({"checkpoint_every": 1}, "need a logdir"),
-        ({"resume": True}, "need a logdir"),
         ({"seeds": 0}, "seeds must be an int >= 1"),
         ({"target": {"value": 1.0, "episodes": 0}}, "target episodes must be an int >= 1"),
-        ({"loggers": ("console", "neptune")}, "unknown logger 'neptune'"),
         ({"dataset": {"obs": np.zeros(3)}}, "ppo learns from its env alone"),
     ],
 )
-def test_bad_arguments_are_clear_errors(kwargs, message, tmp_path):
-    if kwargs.get("logdir") == "x":
-        kwargs["logdir"] = str(tmp_path / "x")
+def test_bad_arguments_are_clear_errors(kwargs, message):
     config = kwargs.pop("config", make_config("ppo"))
     with pytest.raises((ValueError, TypeError), match=message):
         if isinstance(kwargs.get("target"), dict):
             kwargs["target"] = metrics.Target(**kwargs["target"])
         runner.run("ppo", config, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"checkpoint_every": 0, "logdir": "x"}, "checkpoint_every must be an int >= 1"),
+        ({"checkpoint_every": 2.0, "logdir": "x"}, "checkpoint_every must be an int >= 1"),
+        ({"checkpoint_every": 1}, "need a logdir"),
+        ({"resume": True}, "need a logdir"),
+        ({"keep_checkpoints": 0}, "keep_checkpoints must be an int >= 1"),
+        ({"loggers": ("console", "neptune")}, "unknown logger 'neptune' in loggers"),
+        ({"loggers": "csv"}, "loggers must be a sequence of logger names or objects"),
+        ({"loggers": (object(),)}, "loggers: .* is neither a logger name nor has write / truncate / close"),
+        ({"progress": "yes"}, "progress must be a bool"),
+        ({"logdir": 3}, "logdir must be a path or None"),
+        ({"mesh": ["cpu:0"]}, "mesh must be a jax.sharding.Mesh or None, got list"),
+    ],
+)
+def test_bad_run_options_are_clear_errors_naming_the_field(options, message):
+    with pytest.raises(ValueError, match=message):
+        RunOptions(**options)
+    assert RunOptions(logdir=pathlib.Path("runs/a"), loggers=["csv"]) == RunOptions("runs/a", ("csv",))
+
+
+def test_the_lanes_must_divide_over_the_mesh():
+    from jaxrl.workflow import distributed
+
+    with pytest.raises(ValueError, match="ppo's seeds: 3 lanes do not divide over the mesh's 2 devices"):
+        distributed.check_lanes(3, distributed.make_mesh([jax.devices()[0]] * 2), "ppo's seeds")
 
 
 def test_an_unknown_target_metric_is_a_clear_error():
@@ -387,7 +407,7 @@ import jax
 jax.config.update("jax_compilation_cache_dir", {cache!r})
 from orbax.checkpoint._src.path import atomicity
 from jaxrl.workflow import runner
-from test_runner import CHUNK, SEEDS, make_config
+from test_runner import CHUNK, SEEDS, RunOptions, make_config
 
 async def crash_on_second_commit(source, target):
     # Dies with the second checkpoint (step 2 * CHUNK) fully written to its temporary
@@ -399,7 +419,7 @@ async def crash_on_second_commit(source, target):
 original_rename = atomicity.async_path.rename
 atomicity.async_path.rename = crash_on_second_commit
 runner.run({name!r}, make_config({name!r}), seeds=SEEDS, chunk_iterations=CHUNK, metrics_every=2,
-           logdir={logdir!r}, loggers=("csv", "jsonl", "tensorboard"), checkpoint_every=1)
+           options=RunOptions({logdir!r}, ("csv", "jsonl", "tensorboard"), checkpoint_every=1))
 """
 
 RESUME = """
@@ -408,10 +428,10 @@ sys.path.insert(0, {tests!r})
 import jax, numpy as np
 jax.config.update("jax_compilation_cache_dir", {cache!r})
 from jaxrl.workflow import runner
-from test_runner import CHUNK, SEEDS, leaves, make_config
+from test_runner import CHUNK, SEEDS, RunOptions, leaves, make_config
 
 result = runner.run({name!r}, make_config({name!r}), seeds=SEEDS, chunk_iterations=CHUNK, metrics_every=2,
-                    logdir={logdir!r}, loggers=("csv", "jsonl", "tensorboard"), checkpoint_every=1, resume=True)
+                    options=RunOptions({logdir!r}, ("csv", "jsonl", "tensorboard"), checkpoint_every=1, resume=True))
 np.savez({out!r}, completed=result.completed, iterations=result.iterations,
          **{{"metric_" + k: v for k, v in result.metrics.items()}},
          **{{f"leaf_{{i}}": leaf for i, leaf in enumerate(leaves(result.state))}})
@@ -479,10 +499,7 @@ def test_resume_restores_the_replay_buffer_exactly(tmp_path):
         seeds=SEEDS,
         chunk_iterations=CHUNK,
         metrics_every=2,
-        logdir=str(tmp_path / "resumed"),
-        loggers=("csv", "jsonl", "tensorboard"),
-        checkpoint_every=1,
-        resume=True,
+        options=RunOptions(tmp_path / "resumed", ("csv", "jsonl", "tensorboard"), checkpoint_every=1, resume=True),
     )
     with pytest.raises(ValueError, match=r"is from a different run; config: saved .*'learning_rate': 0.0003"):
         runner.run("dqn", make_config("dqn").replace(learning_rate=3e-4), **resume)

@@ -8,6 +8,7 @@ import numpy as np
 from jaxrl.algorithms import ppo
 from jaxrl.workflow import runner
 from jaxrl.workflow.logging import seed_mean
+from jaxrl.workflow.options import RunOptions
 
 
 class MarkdownLogger:
@@ -57,4 +58,4 @@ def train_with_logger(logdir: str):
     """Two seeds of a short PPO run, logged to ``<logdir>/metrics.md`` beside the CSV."""
     config = ppo.Config(env_id="CartPole-v1", num_envs=4, num_steps=16, total_timesteps=4 * 16 * 8, num_evals=2)
     logger = MarkdownLogger(f"{logdir}/metrics.md")
-    return runner.run("ppo", config, seeds=2, logdir=logdir, loggers=("csv", logger), chunk_iterations=4)
+    return runner.run("ppo", config, seeds=2, chunk_iterations=4, options=RunOptions(logdir, ("csv", logger)))

@@ -5,6 +5,7 @@ and the command line then find it by that name. (A module inside jaxrl is listed
 from jaxrl import algorithms
 from jaxrl.algorithms import ppo, ppo_es
 from jaxrl.workflow import runner
+from jaxrl.workflow.options import RunOptions
 
 # Any Algorithm record registers; here PPO-ES's functions under a second name.
 record = algorithms.register(ppo_es.algorithm.variant("my_ppo_es", ppo_es.Config), replace=True)
@@ -21,4 +22,4 @@ def train_small(logdir: str):
         num_evals=1,
         eval_episodes=2,
     )
-    return runner.run("my_ppo_es", config, seeds=2, logdir=logdir)
+    return runner.run("my_ppo_es", config, seeds=2, options=RunOptions(logdir=logdir))

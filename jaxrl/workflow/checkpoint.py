@@ -50,6 +50,17 @@ def _wrap_keys(tree, template):
     )
 
 
+def _restore_target(leaf) -> jax.ShapeDtypeStruct:
+    """A template leaf's shape, dtype and sharding, restored into. A leaf with no sharding
+    (a NumPy array) goes to the default device: orbax would look for the devices it was
+    saved from (a run whose lanes spanned a mesh)."""
+    target = _orbax().utils.to_shape_dtype_struct(leaf)
+    if not isinstance(target, jax.ShapeDtypeStruct) or target.sharding is not None:
+        return target
+    default_device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    return jax.ShapeDtypeStruct(target.shape, target.dtype, sharding=default_device)
+
+
 def _jsonable(value):
     """``value`` as it reads back from JSON (tuples become lists, numbers stay numbers)."""
     return json.loads(json.dumps(value, default=str))
@@ -167,7 +178,7 @@ class Checkpoints:
         meta = self.meta(step)
         if expect_meta is not None:
             check_meta(meta, expect_meta, f"checkpoint {self.directory} step {step}")
-        abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, _unwrap_keys(template))
+        abstract = jax.tree.map(_restore_target, _unwrap_keys(template))
         items = {"state": ocp.args.StandardRestore(abstract)}
         has_history = "history" in self._manager.item_metadata(step)
         if has_history:

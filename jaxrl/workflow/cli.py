@@ -4,7 +4,12 @@
 and, for a run saved with ``--logdir`` and ``--checkpoint-every``,
 ``python -m jaxrl evaluate RUN_DIR [--episodes N] [--sampled] [--video DIR]`` (its policies'
 returns; with no options, its own last evaluation again) and
-``python -m jaxrl record RUN_DIR --steps N --out data.npz`` (a dataset for ``train bc``)."""
+``python -m jaxrl record RUN_DIR --steps N --out data.npz`` (a dataset for ``train bc``).
+
+``train``, ``sweep`` and ``pbt`` share the run options (:class:`jaxrl.workflow.options.RunOptions`):
+``--logdir``, ``--loggers``, ``--chunks``, ``--checkpoint-every``, ``--resume`` and
+``--devices N``, which splits the lanes (seeds, settings x seeds, members) over the first
+``N`` devices."""
 
 from __future__ import annotations
 
@@ -129,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     for sub in _algorithm_parsers(train, lambda name, record: record.summary or f"train {name}"):
         sub.add_argument("--no-progress", action="store_true", help="hide the progress bar")
         sub.add_argument("--json", metavar="PATH", help="also write the summary as JSON")
-        _add_run_directory_arguments(sub, "run")
+        _add_run_arguments(sub, "run")
         sub.add_argument(
             "--target-return",
             type=float,
@@ -158,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         sub.add_argument("--metric", default="eval_return", help="final metric to summarise (default: %(default)s)")
         sub.add_argument("--out", metavar="PATH", help="write the summary as CSV (.csv) or JSON (.json)")
-        _add_run_directory_arguments(sub, "sweep", chunked_with_logdir=True)
+        _add_run_arguments(sub, "sweep")
     pbt = commands.add_parser(
         "pbt", help="population-based training: members exploit and explore traced hyper-parameters"
     )
@@ -188,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
             help="metric whose mean over a round ranks the members (default: %(default)s)",
         )
         sub.add_argument("--out", metavar="PATH", help="write the members' summary as CSV (.csv) or JSON (.json)")
-        _add_run_directory_arguments(sub, "population", chunked_with_logdir=True)
+        _add_run_arguments(sub, "population")
     plot = commands.add_parser("plot", help="compare runs' learning curves (mean and 95%% CI over seeds) in a PNG")
     plot.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="directories written with --logdir")
     plot.add_argument("--metric", default="eval_return", help="metric to plot (default: %(default)s)")
@@ -255,10 +260,10 @@ def _algorithm_parsers(command, describe):
         yield sub
 
 
-def _add_run_directory_arguments(sub, what: str, chunked_with_logdir: bool = False) -> None:
-    """``--logdir``, ``--loggers``, ``--chunks``, ``--checkpoint-every`` and ``--resume``."""
-    chunked = f" (with --logdir, the {what} runs in chunks)" if chunked_with_logdir else ""
-    sub.add_argument("--logdir", help=f"write run.json, metrics and checkpoints into this directory{chunked}")
+def _add_run_arguments(sub, what: str) -> None:
+    """The run options (:class:`jaxrl.workflow.options.RunOptions`): ``--logdir``,
+    ``--loggers``, ``--chunks``, ``--checkpoint-every``, ``--resume`` and ``--devices``."""
+    sub.add_argument("--logdir", help="write run.json, metrics and checkpoints into this directory")
     sub.add_argument(
         "--loggers",
         default="csv",
@@ -281,6 +286,47 @@ def _add_run_directory_arguments(sub, what: str, chunked_with_logdir: bool = Fal
     sub.add_argument(
         "--resume", action="store_true", help=f"continue the {what} in --logdir from its latest checkpoint"
     )
+    sub.add_argument(
+        "--devices",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"split the {what}'s lanes (seeds, settings x seeds, members) over the first N devices; "
+        "they must divide over them (default: one device)",
+    )
+
+
+def _run_options(args, progress: bool):
+    """The :class:`jaxrl.workflow.options.RunOptions` of the command line's run options."""
+    from jaxrl.workflow.options import RunOptions
+
+    try:
+        return RunOptions(
+            logdir=args.logdir,
+            loggers=tuple(args.loggers.split(",")) if args.loggers else (),
+            checkpoint_every=args.checkpoint_every,
+            resume=args.resume,
+            progress=progress,
+            mesh=_mesh(args.devices),
+        )
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+
+
+def _mesh(devices: int | None):
+    """A mesh of the first ``devices`` devices (of every process), or None."""
+    if devices is None:
+        return None
+    import jax
+
+    from jaxrl.workflow import distributed
+
+    if not 1 <= devices <= jax.device_count():
+        raise UsageError(
+            f"--devices {devices}: there are {jax.device_count()} device(s) (on CPU, more are made with "
+            f"XLA_FLAGS=--xla_force_host_platform_device_count=N)"
+        )
+    return distributed.make_mesh(jax.devices()[:devices])
 
 
 def _chunking(args, num_iterations: int, unit: int = 1) -> int:
@@ -408,6 +454,7 @@ def train_command(args) -> int:
     num_iterations, total, counter = program.num_iterations, program.budget, program.counter
     unit = "env step" if counter == "timesteps" else "update"
     print(f"{args.algorithm} on {config.env_id}: {args.seeds} seed(s) x {total:,} {unit}s (compiling...)", flush=True)
+    options = _run_options(args, progress=not args.no_progress)
     try:
         result = runner.run(
             record,
@@ -415,14 +462,10 @@ def train_command(args) -> int:
             seeds=args.seeds,
             seed=args.seed,
             chunk_iterations=_chunking(args, num_iterations),
-            logdir=args.logdir,
-            loggers=_logger_names(args),
-            checkpoint_every=args.checkpoint_every,
-            resume=args.resume,
-            progress=not args.no_progress,
             target=None
             if args.target_return is None
             else metrics.Target(args.target_return, episodes=args.target_episodes),
+            options=options,
         )
     except (ValueError, OSError) as error:
         # Raised before training: a config, a logdir or an input (e.g. a dataset file)
@@ -487,6 +530,7 @@ def sweep_command(args) -> int:
     if not args.grid:
         raise UsageError("give at least one --grid field=v1,v2,...")
     values = _numbers(args.grid, "--grid", ",", "comma-separated numbers")
+    options = _run_options(args, progress=True)
     try:
         settings = sweep.grid(**values)
         lanes = len(next(iter(settings.values())))
@@ -495,17 +539,10 @@ def sweep_command(args) -> int:
             f"(compiling...)",
             flush=True,
         )
-        chunked = {}
-        if args.logdir or args.resume or args.checkpoint_every:
-            chunked = dict(
-                logdir=args.logdir,
-                loggers=_logger_names(args),
-                chunk_iterations=_chunking(args, record.program(config).num_iterations),
-                checkpoint_every=args.checkpoint_every,
-                resume=args.resume,
-                progress=True,
-            )
-        result = sweep.run(record, config, settings, seeds=args.seeds, seed=args.seed, **chunked)
+        chunk_iterations = _chunking(args, record.program(config).num_iterations)
+        result = sweep.run(
+            record, config, settings, args.seeds, args.seed, chunk_iterations=chunk_iterations, options=options
+        )
         rows = sweep.summarize(result, metric=args.metric)
     except ValueError as error:
         raise UsageError(str(error)) from None
@@ -544,6 +581,7 @@ def pbt_command(args) -> int:
     if not args.bounds:
         raise UsageError("give at least one --bounds field=low:high")
     bounds = _numbers(args.bounds, "--bounds", ":", "low:high", count=2)
+    options = _run_options(args, progress=False)
     try:
         num_iterations = record.program(config).num_iterations
         if args.interval < 1 or num_iterations % args.interval:
@@ -565,11 +603,8 @@ def pbt_command(args) -> int:
             seed=args.seed,
             fraction=args.fraction,
             score_metric=args.score_metric,
-            logdir=args.logdir,
-            loggers=_logger_names(args) if args.logdir else None,
-            rounds_per_chunk=chunk_iterations // args.interval if args.logdir or args.resume else None,
-            checkpoint_every=args.checkpoint_every,
-            resume=args.resume,
+            rounds_per_chunk=chunk_iterations // args.interval if args.logdir else None,
+            options=options,
         )
     except ValueError as error:
         raise UsageError(str(error)) from None
@@ -591,10 +626,6 @@ def pbt_command(args) -> int:
         _write_rows(rows, args.out)
         print(f"\nwrote {args.out}")
     return 0
-
-
-def _logger_names(args) -> tuple:
-    return tuple(args.loggers.split(",")) if args.loggers else ()
 
 
 def _write_rows(rows: list[dict], path: str) -> None:

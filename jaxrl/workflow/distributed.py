@@ -5,11 +5,15 @@
 Two ways to use many devices, both compiling one program over a
 :class:`jax.sharding.Mesh`:
 
-* **Lanes** (seeds, sweep settings): :func:`train_seeds` / :func:`train_lanes` run
-  ``jax.vmap(train)`` with the lane axis split over the devices (``shard_map``). Lanes
-  are independent, so the devices never talk during training. A lane count the devices
-  do not divide is padded with copies of lane 0 inside the program and cut off again
-  (at most ``devices - 1`` wasted lanes). :func:`jaxrl.workflow.sweep.run` uses the same code.
+* **Lanes** (seeds, sweep settings, PBT members): :func:`lanes_split` runs a vmapped
+  function with the lane axis split over the devices (``shard_map``). Lanes are
+  independent, so the devices never talk during training. The runner's chunk loop
+  (:func:`jaxrl.workflow.runner.run`, and so :func:`jaxrl.workflow.sweep.run` and
+  :func:`jaxrl.workflow.pbt.train`, given ``RunOptions(mesh=...)``) splits its lanes so,
+  :func:`check_lanes` requiring that they divide over the devices; :func:`train_seeds` /
+  :func:`train_lanes` train whole runs in one program, padding a lane count the devices
+  do not divide with copies of lane 0 and cutting them off again (at most
+  ``devices - 1`` wasted lanes).
 * **One run, data parallel**: :func:`train_data_parallel` (or :func:`data_parallel` on
   any :class:`jaxrl.loop.Program`) keeps every state field but the env batch
   (``state.env_state`` / ``state.obs``, leading ``[num_envs]``) replicated and shards
@@ -119,7 +123,54 @@ def _split(mesh: Mesh) -> PartitionSpec:
     return PartitionSpec(tuple(mesh.axis_names))
 
 
-def _replicate(tree, mesh: Mesh):
+def lanes_split(function, mesh: Mesh | None):
+    """``function``, which treats the lanes (the leading axis of every input and output
+    that has one) independently, with the lanes split over ``mesh``'s devices: each
+    device runs ``function`` on its own share with no communication (``shard_map``);
+    inputs without an axis (scalars) go whole to every device. ``function`` itself
+    where ``mesh`` is None.
+
+    ``shard_map`` rather than a sharded ``vmap``: the partitioner would all-reduce the
+    stop condition of every batched while loop (evaluation episodes) across devices."""
+    if mesh is None:
+        return function
+    mesh = _auto(mesh)
+    split = _split(mesh)
+
+    def per_device(*args):
+        # No replication checks (check_vma): every value in here is its device's own.
+        in_specs = jax.tree.map(lambda leaf: split if np.ndim(leaf) else PartitionSpec(), args)
+        return jax.shard_map(function, mesh=mesh, in_specs=in_specs, out_specs=split, check_vma=False)(*args)
+
+    return per_device
+
+
+def constrain_lanes(tree, mesh: Mesh | None):
+    """Inside ``jit``: ``tree``'s leaves with a leading (lane) axis split over ``mesh``'s
+    devices, scalars replicated; ``tree`` itself where ``mesh`` is None."""
+    if mesh is None:
+        return tree
+    mesh = _auto(mesh)
+    split, whole = NamedSharding(mesh, _split(mesh)), NamedSharding(mesh, PartitionSpec())
+    return jax.lax.with_sharding_constraint(tree, jax.tree.map(lambda x: split if np.ndim(x) else whole, tree))
+
+
+def check_lanes(lanes: int, mesh: Mesh | None, what: str) -> None:
+    """A ValueError unless ``lanes`` (``what`` they are) divide over ``mesh``'s devices."""
+    if mesh is not None and lanes % mesh.size:
+        raise ValueError(
+            f"{what}: {lanes} lanes do not divide over the mesh's {mesh.size} devices "
+            f"(each device trains as many lanes): choose a multiple of {mesh.size}, or a mesh of fewer devices"
+        )
+
+
+def place(tree, mesh: Mesh | None):
+    """Host values (the same in every process) as inputs of a program over ``mesh``
+    (:func:`replicate`); ``tree`` itself where ``mesh`` is None."""
+    return tree if mesh is None else replicate(tree, _auto(mesh))
+
+
+def replicate(tree, mesh: Mesh):
     """Put host values (the same in every process) on every device of ``mesh``.
 
     Typed PRNG keys become their raw ``uint32`` data (wrap them again inside the
@@ -191,29 +242,17 @@ def train_lanes(algorithm, keys: jax.Array, configs, mesh: Mesh | None = None) -
     count = (num_settings or 1) * num_seeds
     padded = -(-count // mesh.size) * mesh.size
     pick = np.concatenate([np.arange(count), np.zeros(padded - count, int)])
-    split = _split(mesh)
     impl = jax.random.key_impl(keys)
 
     def run(key_data, configs):
         keys = jax.random.wrap_key_data(key_data, impl=impl)
         flat_keys = keys[pick % num_seeds]
         flat_configs = jax.tree.map(lambda leaf: leaf[pick // num_seeds] if np.ndim(leaf) else leaf, configs)
-        # shard_map rather than a sharded vmap: each device runs its own lanes to the
-        # end with no communication, where the partitioner would all-reduce the stop
-        # condition of every batched while loop (evaluation episodes) across devices.
-        # No replication checks (check_vma): every value in here is its device's own.
-        per_device = jax.shard_map(
-            jax.vmap(module.train, in_axes=(0, sweep_axes(configs))),
-            mesh=mesh,
-            in_specs=(split, jax.tree.map(lambda leaf: split if np.ndim(leaf) else PartitionSpec(), flat_configs)),
-            out_specs=split,
-            check_vma=False,
-        )
-        out = per_device(flat_keys, flat_configs)
+        out = lanes_split(jax.vmap(module.train, in_axes=(0, sweep_axes(configs))), mesh)(flat_keys, flat_configs)
         shape = (num_seeds,) if num_settings is None else (num_settings, num_seeds)
         return jax.tree.map(lambda x: x[:count].reshape(shape + x.shape[1:]), out)
 
-    inputs = _replicate((keys, configs), mesh)
+    inputs = replicate((keys, configs), mesh)
     start = time.perf_counter()
     compiled = jax.jit(run).lower(*inputs).compile()
     compile_seconds = time.perf_counter() - start
@@ -313,4 +352,4 @@ def train_data_parallel(algorithm, config, key: jax.Array, mesh: Mesh | None = N
     program = data_parallel(module.program(config), mesh)
     impl = jax.random.key_impl(key)
     train = jax.jit(lambda key_data: loop.train(program, jax.random.wrap_key_data(key_data, impl=impl)))
-    return train(_replicate(key, mesh))
+    return train(replicate(key, mesh))

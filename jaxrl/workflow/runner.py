@@ -9,14 +9,20 @@ Iteration ``i`` draws its randomness from ``fold_in(run_key, i)`` whatever the c
 so a run resumed from a checkpoint continues exactly as the uninterrupted run would::
 
     from jaxrl.workflow import runner
+    from jaxrl.workflow.options import RunOptions
     from jaxrl.algorithms import ppo
 
-    result = runner.run("ppo", ppo.Config(), seeds=4, logdir="runs/ppo-cartpole",
-                        checkpoint_every=1, target=475.0, progress=True)
+    options = RunOptions(logdir="runs/ppo-cartpole", checkpoint_every=1, progress=True)
+    result = runner.run("ppo", ppo.Config(), seeds=4, target=475.0, options=options)
     result.metrics["eval_return"]          # [seeds, rows]
 
-    # after a crash or a stop: the same call with resume=True carries on from the
-    # latest checkpoint, with results identical to a run that never stopped.
+    # after a crash or a stop: the same call with RunOptions(..., resume=True) carries on
+    # from the latest checkpoint, with results identical to a run that never stopped.
+
+A single run, a sweep (settings x seeds, :mod:`jaxrl.workflow.sweep`) and a population
+(:mod:`jaxrl.workflow.pbt`) are all lanes of one program that :func:`drive` runs in
+chunks; with ``RunOptions(mesh=...)`` the lanes are split over the mesh's devices (and
+hosts), each device running its share (:mod:`jaxrl.workflow.distributed`).
 
 The runner knows no algorithm: everything it needs (iterations, the progress counter,
 input data, whether the state can be checkpointed whole) comes from the algorithm's
@@ -30,7 +36,7 @@ import dataclasses
 import functools
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
@@ -39,8 +45,9 @@ import numpy as np
 
 from jaxrl import loop
 from jaxrl.config import is_part, replace_paths, swept_config
+from jaxrl.workflow import distributed, metrics, program_cache, rundir
 from jaxrl.workflow import logging as jaxrl_logging
-from jaxrl.workflow import metrics, program_cache, rundir
+from jaxrl.workflow.options import DEFAULTS, RunOptions, with_keywords
 
 if TYPE_CHECKING:  # importing the algorithms starts JAX's backends (see jaxrl/__init__.py)
     from jaxrl.algorithms import Algorithm
@@ -78,15 +85,11 @@ def run(
     seed: int = 0,
     settings: dict | None = None,
     dataset=None,
-    logdir: str | None = None,
-    loggers: Sequence = ("csv",),
     chunk_iterations: int | None = None,
     metrics_every: int = 1,
-    checkpoint_every: int | None = None,
-    keep_checkpoints: int = 3,
-    resume: bool = False,
     target: float | metrics.Target | None = None,
-    progress: bool = False,
+    options: RunOptions = DEFAULTS,
+    **deprecated,
 ) -> RunResult:
     """Train ``seeds`` seeds of ``algorithm`` (a name, record or module) on ``config`` in chunks.
 
@@ -99,40 +102,37 @@ def run(
         logged rows carry each lane's ``setting`` index and values (``sweep_<field>``).
       dataset: the program's input data, instead of what ``Program.inputs`` reads
         (behaviour cloning's dataset, leaves ``[S, ...]``).
-      logdir: directory for ``run.json``, loggers' files and ``checkpoints/``
-        (:class:`jaxrl.workflow.rundir.RunDir`).
-      loggers: names from :data:`jaxrl.workflow.logging.LOGGER_NAMES` (file loggers write into
-        ``logdir``) or objects with ``write`` / ``truncate`` / ``close``.
       chunk_iterations: iterations per compiled chunk (default: about 1/20 of the run).
       metrics_every: iterations aggregated into one metrics row; must divide
         ``chunk_iterations``. Only the rows are kept, on the host.
-      checkpoint_every: save the whole state every this many chunks, at the end and at
-        an early stop (needs ``logdir`` and the ``checkpoint`` extra). The latest
-        ``keep_checkpoints`` and the best by evaluation return are kept.
-      resume: continue from the latest checkpoint in ``logdir`` if there is one (start
-        afresh if there is none). Without it, a ``logdir`` holding a run is an error.
       target: a :class:`jaxrl.workflow.metrics.Target` (or a number: the evaluation return to
         reach); the run stops after the chunk in which every lane reached it.
-      progress: show a progress bar of the program's counter (env steps, or gradient
-        updates), advanced after each chunk.
+      options: the run directory, loggers, checkpoints, resume, progress bar and the
+        mesh the lanes are split over (:class:`jaxrl.workflow.options.RunOptions`).
+        The same keywords given to ``run`` itself still work, with a DeprecationWarning.
     """
+    options = with_keywords(options, deprecated, "runner.run")
     name, module = _module(algorithm)
     program = module.program(config)
     inputs = program.inputs() if dataset is None else dataset
-    chunk_iterations = _check_arguments(name, program, dataset, seeds, chunk_iterations, logdir, checkpoint_every)
-    if resume and not (program.resumable or program.restart_envs):
+    chunk_iterations = _check_arguments(name, program, dataset, seeds, chunk_iterations)
+    if options.resume and not (program.resumable or program.restart_envs):
         raise ValueError(
             f"{name}'s run cannot be resumed: part of its state lives on the host (a host env), "
             f"outside the checkpoint, which holds the agent (params, optimiser) only"
         )
-    keys = jax.random.split(jax.random.key(seed), seeds)
+    mesh = options.mesh
+    if mesh is not None and not program.resumable:
+        raise ValueError(f"{name} steps host envs, which live in this process: its lanes cannot span a mesh")
+    # Keys as their raw data, indexed on the host: a gather of typed keys would be one more compilation.
+    key_data = np.asarray(jax.random.key_data(jax.random.split(jax.random.key(seed), seeds)))
     lane_values, columns, run_meta = {}, None, {}
     if settings is not None:
         swept = swept_config(config, settings)  # checks the fields and values
         num_settings = len(next(iter(settings.values())))
         setting_of_lane = np.repeat(np.arange(num_settings), seeds)
-        lane_values = {field: getattr(swept, field)[setting_of_lane] for field in settings}
-        keys = keys[np.tile(np.arange(seeds), num_settings)]
+        lane_values = {field: np.asarray(getattr(swept, field))[setting_of_lane] for field in settings}
+        key_data = key_data[np.tile(np.arange(seeds), num_settings)]
         columns = {
             "setting": setting_of_lane,
             **{f"sweep_{k}": np.asarray(v)[setting_of_lane] for k, v in settings.items()},
@@ -140,6 +140,7 @@ def run(
         run_meta = {"settings": {k: np.asarray(v).tolist() for k, v in settings.items()}}
     if not program.resumable:  # host envs: say what a resume does with them
         run_meta["host_envs"] = HOST_ENVS_ON_RESUME
+    distributed.check_lanes(len(key_data), mesh, f"{name}'s {'settings x ' if settings else ''}seeds")
     meta = rundir.meta(
         name,
         config,
@@ -149,10 +150,11 @@ def run(
         metrics_every=metrics_every,
         **run_meta,
     )
-    programs = _programs(module, config, tuple(lane_values))
+    programs = _programs(module, config, tuple(lane_values), mesh)
+    key_data, lane_values, inputs = distributed.place((key_data, lane_values, inputs), mesh)
 
     def init():
-        state, run_keys = programs.init(keys, lane_values, inputs)
+        state, run_keys = programs.init(key_data, lane_values, inputs)
         return {"state": state, "run_keys": run_keys}
 
     def chunk(tree, length):
@@ -183,16 +185,11 @@ def run(
     result = drive(
         driven,
         meta=meta,
-        logdir=logdir,
-        loggers=loggers,
         chunk_iterations=chunk_iterations,
         metrics_every=metrics_every,
-        checkpoint_every=checkpoint_every,
-        keep_checkpoints=keep_checkpoints,
-        resume=resume,
         target=target,
-        progress=progress,
         columns=columns,
+        options=options,
     )
     result.state = result.state["state"]
     return result
@@ -231,34 +228,35 @@ def drive(
     driven: Driven,
     *,
     meta: dict,
-    logdir: str | None = None,
-    loggers: Sequence = ("csv",),
     chunk_iterations: int,
     metrics_every: int = 1,
-    checkpoint_every: int | None = None,
-    keep_checkpoints: int = 3,
-    resume: bool = False,
     target: float | metrics.Target | None = None,
-    progress: bool = False,
     columns: dict | None = None,
+    options: RunOptions = DEFAULTS,
+    **deprecated,
 ) -> RunResult:
     """Run ``driven`` to its end in chunks of ``chunk_iterations``, with the run
     directory, loggers, checkpoints, early stop and progress bar of :func:`run` (whose
     arguments these are). ``columns``: ``{name: [L]}`` values written beside every
-    lane's logged rows (a sweep's settings), not kept in the history. The result's
-    ``state`` is the final ``tree``."""
+    lane's logged rows (a sweep's settings), not kept in the history. ``driven``'s
+    tree lives on ``options.mesh`` already (its ``init`` put it there); ``drive`` passes
+    each chunk its start there too. The result's ``state`` is the final ``tree``."""
+    options = with_keywords(options, deprecated, "runner.drive")
     target = metrics.Target(target) if isinstance(target, (int, float)) else target
     if not isinstance(metrics_every, int) or metrics_every < 1 or chunk_iterations % metrics_every:
         raise ValueError(
             f"metrics_every must be an int >= 1 dividing chunk_iterations={chunk_iterations}, got {metrics_every!r}"
         )
-    if (checkpoint_every is not None or resume) and logdir is None:
-        raise ValueError("checkpoint_every and resume need a logdir to keep checkpoints in")
-    loggers = jaxrl_logging.make_loggers(loggers, logdir, meta=meta)
+    resume, logdir = options.resume, options.logdir
+    loggers = jaxrl_logging.make_loggers(options.loggers, logdir, meta=meta)
     directory = None
     if logdir is not None:
         directory = rundir.RunDir(
-            logdir, meta, resume=resume, checkpoint_every=checkpoint_every, keep_checkpoints=keep_checkpoints
+            logdir,
+            meta,
+            resume=resume,
+            checkpoint_every=options.checkpoint_every,
+            keep_checkpoints=options.keep_checkpoints,
         )
     start = time.perf_counter()
     tree, completed, history = driven.init(), 0, None
@@ -279,7 +277,7 @@ def drive(
     stopped_early, chunks_run = False, 0
     try:
         with jaxrl_logging.progress_bar(
-            driven.budget, disable=not progress, counter=counter, initial=done, unit=counter.removesuffix("s")
+            driven.budget, disable=not options.progress, counter=counter, initial=done, unit=counter.removesuffix("s")
         ) as show_progress:
             while completed < driven.num_iterations and not stopped_early:
                 length = min(chunk_iterations, driven.num_iterations - completed)
@@ -287,8 +285,8 @@ def drive(
                 chunk = driven.chunk(tree, length)
                 compile_seconds += time.perf_counter() - start
                 start = time.perf_counter()
-                tree, chunk_metrics = chunk(tree, jnp.int32(completed))
-                rows = _rows(jax.device_get(chunk_metrics), completed, metrics_every)
+                tree, chunk_metrics = chunk(tree, distributed.place(jnp.int32(completed), options.mesh))
+                rows = _rows(distributed.to_host(chunk_metrics), completed, metrics_every)
                 run_seconds += time.perf_counter() - start
                 completed, chunks_run = completed + length, chunks_run + 1
                 history = (
@@ -383,7 +381,7 @@ def _module(algorithm) -> tuple[str, Algorithm]:
     return record.name, record
 
 
-def _check_arguments(name, program: loop.Program, dataset, seeds, chunk_iterations, logdir, checkpoint_every) -> int:
+def _check_arguments(name, program: loop.Program, dataset, seeds, chunk_iterations) -> int:
     """ValueErrors for arguments that cannot work, before anything is written or
     compiled; returns ``chunk_iterations`` (its default filled in)."""
     if dataset is not None and program.inputs is loop.no_inputs:
@@ -413,29 +411,36 @@ class _Programs:
     under ``identity``), so a rerun in a fresh process skips tracing.
 
     ``swept`` names traced fields whose per-lane values (``{field: [L]}``) the programs
-    take as an argument (a sweep's settings); the other fields are ``config``'s."""
+    take as an argument (a sweep's settings); the other fields are ``config``'s. With a
+    ``mesh``, the lanes are split over its devices (:func:`jaxrl.workflow.distributed.lanes_split`)."""
 
-    def __init__(self, module: Algorithm, config, swept: tuple[str, ...], identity: str | None):
+    def __init__(self, module: Algorithm, config, swept: tuple[str, ...], identity: str | None, mesh=None):
         # The runner shows progress between chunks: its programs leave out in-program
         # reports, host callbacks that neither JAX's cache nor jaxrl's can keep.
         def lane_program(values: dict) -> loop.Program:
             return module.program(replace_paths(config, values) if values else config)._replace(num_reports=0)
 
-        def init_all(keys, values, inputs):
+        def init_all(key_data, values, inputs):
             def one(key, values):
                 init_key, run_key = jax.random.split(key)  # as loop.train splits it
                 return lane_program(values).init(init_key, inputs), run_key
 
-            return jax.vmap(one)(keys, values)
+            return distributed.constrain_lanes(jax.vmap(one)(jax.random.wrap_key_data(key_data), values), mesh)
 
         def chunk(state, run_keys, values, start, length):
-            return jax.vmap(lambda s, k, v: loop.iterate(lane_program(v), s, k, start, length))(state, run_keys, values)
+            def lanes(state, run_keys, values, start):
+                iterate = lambda s, k, v: loop.iterate(lane_program(v), s, k, start, length)  # noqa: E731
+                return jax.vmap(iterate)(state, run_keys, values)
+
+            return distributed.lanes_split(lanes, mesh)(state, run_keys, values, start)
 
         self._init = jax.jit(init_all)
         # Held here, like the chunks: a host env a program reset lives as long as the program.
         self._restart_envs = jax.jit(jax.vmap(lambda state, key: lane_program({}).restart_envs(state, key)))
         self._chunk = jax.jit(chunk, static_argnums=4, donate_argnums=0)
-        self._identity = identity and (f"{identity} swept {swept!r}" if swept else identity)
+        # The disk cache keys on shapes, not shardings: programs over a mesh are traced every time.
+        self._identity = identity and mesh is None and (f"{identity} swept {swept!r}" if swept else identity)
+        self._mesh = mesh
         self._prepared = {}  # signature -> (outputs' ShapeDtypeStructs, compile)
         self._compiled = {}
 
@@ -456,11 +461,11 @@ class _Programs:
             self._compiled[signature] = compile_program()
         return self._compiled[signature]
 
-    def init(self, keys, values, inputs):
-        """``(state, run_keys)``, leaves ``[L, ...]``, for keys ``[L]`` and swept
-        ``values`` ``{field: [L]}``."""
-        signature, (_, compile_program) = self._prepare("init", self._init, (keys, values, inputs))
-        return self._executable(signature, compile_program)(keys, values, inputs)
+    def init(self, key_data, values, inputs):
+        """``(state, run_keys)``, leaves ``[L, ...]``, for the raw data of keys ``[L]``
+        (``jax.random.key_data``) and swept ``values`` ``{field: [L]}``."""
+        signature, (_, compile_program) = self._prepare("init", self._init, (key_data, values, inputs))
+        return self._executable(signature, compile_program)(key_data, values, inputs)
 
     def restart_envs(self, state, keys):
         """``state`` (leaves ``[L, ...]``) with fresh episodes from ``keys`` ``[L]``
@@ -479,24 +484,26 @@ class _Programs:
 
     def _prepare_chunk(self, state, run_keys, values, length):
         # Abstract inputs: arrays a computation made are committed to their device,
-        # which program_cache does not key on.
-        template = jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=getattr(x, "weak_type", False)),
-            (state, run_keys, values),
-        )
-        return self._prepare("chunk", self._chunk, (*template, jnp.int32(0)), (length,), donate_argnums=(0,))
+        # which program_cache does not key on; over a mesh, their shardings are the program's.
+        def abstract(x):
+            sharding = x.sharding if self._mesh is not None else None
+            return jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=getattr(x, "weak_type", False), sharding=sharding)
+
+        template = jax.tree.map(abstract, (state, run_keys, values))
+        start = distributed.place(jnp.int32(0), self._mesh)
+        return self._prepare("chunk", self._chunk, (*template, start), (length,), donate_argnums=(0,))
 
 
 @functools.lru_cache(maxsize=16)
-def _cached_programs(module: Algorithm, config, swept: tuple[str, ...] = ()) -> _Programs:
-    return _Programs(module, config, swept, _program_identity(module, config))
+def _cached_programs(module: Algorithm, config, swept: tuple[str, ...] = (), mesh=None) -> _Programs:
+    return _Programs(module, config, swept, _program_identity(module, config), mesh)
 
 
-def _programs(module: Algorithm, config, swept: tuple[str, ...] = ()) -> _Programs:
+def _programs(module: Algorithm, config, swept: tuple[str, ...] = (), mesh=None) -> _Programs:
     try:
-        return _cached_programs(module, config, swept)
+        return _cached_programs(module, config, swept, mesh)
     except TypeError:  # an unhashable config (e.g. arrays as fields): no sharing, no disk cache
-        return _Programs(module, config, swept, None)
+        return _Programs(module, config, swept, None, mesh)
 
 
 def _program_identity(module: Algorithm, config) -> str | None:

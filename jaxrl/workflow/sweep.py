@@ -1,14 +1,16 @@
 """Sweeps: seeds x hyper-parameter settings of any algorithm as one compiled program,
 and the statistics that summarise them. ::
 
-    from jaxrl.workflow import sweep
+    from jaxrl.workflow import distributed, sweep
+    from jaxrl.workflow.options import RunOptions
     from jaxrl.algorithms import ppo
 
     settings = sweep.grid(learning_rate=[1e-4, 3e-4, 1e-3], gamma=[0.98, 0.99])   # 6 settings
-    result = sweep.run("ppo", ppo.Config(), settings, seeds=8)   # one jit(vmap(train)) over 48 lanes
+    result = sweep.run("ppo", ppo.Config(), settings, seeds=8)   # one vmapped program over 48 lanes
     result.metrics["eval_return"]                                # [settings, seeds, iterations]
-    # the same in chunks, logged per lane, checkpointed and resumable after a crash:
-    result = sweep.run("ppo", ppo.Config(), settings, seeds=8, logdir="runs/lr-gamma", checkpoint_every=1)
+    # logged per lane, checkpointed and resumable after a crash, the lanes over 4 devices:
+    options = RunOptions(logdir="runs/lr-gamma", checkpoint_every=1, mesh=distributed.make_mesh(jax.devices()[:4]))
+    result = sweep.run("ppo", ppo.Config(), settings, seeds=8, options=options)
     table = sweep.summarize(result)                              # mean, stderr, IQM, 95% CI per setting
     sweep.best(table)
 
@@ -29,7 +31,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxrl.config import swept_config
+from jaxrl.workflow.options import DEFAULTS, RunOptions, with_keywords
 
 
 @dataclasses.dataclass
@@ -93,23 +95,15 @@ def run(
     settings: dict,
     seeds: int = 1,
     seed: int = 0,
-    mesh=None,
     *,
-    logdir: str | None = None,
-    loggers=None,
     chunk_iterations: int | None = None,
-    checkpoint_every: int | None = None,
-    keep_checkpoints: int = 3,
-    resume: bool = False,
-    progress: bool = False,
+    options: RunOptions = DEFAULTS,
+    **deprecated,
 ) -> SweepResult:
-    """Train every (setting, seed) lane of ``algorithm`` on ``config``, vmapped.
-
-    By default the whole sweep is one compiled ``vmap`` of ``train``, its lanes split
-    over the devices of ``mesh``. Given a ``logdir`` (or ``chunk_iterations``, loggers
-    or ``progress``), it runs in chunks through :func:`jaxrl.workflow.runner.run` instead, on
-    one device: rows logged per lane with its setting, checkpoints, and ``resume``
-    continuing an interrupted sweep exactly as if it had never stopped.
+    """Train every (setting, seed) lane of ``algorithm`` on ``config``, vmapped: the
+    ``C * seeds`` lanes of one program, run in chunks by :func:`jaxrl.workflow.runner.run`
+    (rows logged per lane with its setting, checkpoints, and a resume that continues an
+    interrupted sweep exactly as if it had never stopped).
 
     Args:
       algorithm: a name (``"ppo"``), a record (:func:`jaxrl.algorithms.get`) or an algorithm module.
@@ -118,50 +112,40 @@ def run(
       seeds / seed: seed ``i`` of every setting trains from
         ``jax.random.split(jax.random.key(seed), seeds)[i]``, so lane ``(c, i)`` equals
         ``train(that key, config with setting c)``.
-      mesh: a ``jax.sharding.Mesh`` to split the ``C * seeds`` lanes over (default:
-        :func:`jaxrl.workflow.distributed.make_mesh`, every device of every process; a lane count
-        the devices do not divide is padded, see :func:`jaxrl.workflow.distributed.train_lanes`).
-      logdir / loggers / chunk_iterations / checkpoint_every / keep_checkpoints /
-        resume / progress: as :func:`jaxrl.workflow.runner.run`'s (``loggers`` default to CSV in
-        ``logdir``).
+      chunk_iterations: iterations per compiled chunk (default: the runner's).
+      options: the run options (:class:`jaxrl.workflow.options.RunOptions`); with a
+        ``mesh``, the lanes are split over its devices (they must divide over them).
+        The same keywords given to ``run`` itself still work, with a DeprecationWarning.
     """
-    from jaxrl import algorithms
-    from jaxrl.workflow import distributed, runner
+    from jaxrl.workflow import runner
 
-    module = algorithms.resolve(algorithm)
-    if not isinstance(seeds, int) or seeds < 1:
-        raise ValueError(f"seeds must be an int >= 1, got {seeds!r}")
+    options = with_keywords(options, deprecated, "sweep.run")
     swept = {name: np.asarray(values) for name, values in settings.items()}  # as given, not float32
-    chunked = logdir is not None or chunk_iterations is not None or bool(loggers) or progress or resume
-    if not chunked:
-        configs = swept_config(config, settings)
-        keys = jax.random.split(jax.random.key(seed), seeds)
-        output, compile_seconds, run_seconds = distributed.train_lanes(module, keys, configs, mesh)
-        return SweepResult(swept, distributed.to_host(output.metrics), output.state, compile_seconds, run_seconds)
-    if mesh is not None:
-        raise ValueError("a chunked sweep (logdir, chunk_iterations, loggers, progress) runs on one device: drop mesh")
     result = runner.run(
-        module,
+        algorithm,
         config,
         seeds=seeds,
         seed=seed,
         settings=settings,
-        logdir=logdir,
-        loggers=("csv",) if loggers is None else loggers,
         chunk_iterations=chunk_iterations,
-        checkpoint_every=checkpoint_every,
-        keep_checkpoints=keep_checkpoints,
-        resume=resume,
-        progress=progress,
+        options=options,
     )
-    by_setting = lambda leaf: leaf.reshape((-1, seeds) + leaf.shape[1:])  # noqa: E731  [C * S, ...] -> [C, S, ...]
     return SweepResult(
         swept,
-        {name: by_setting(values) for name, values in result.metrics.items()},
-        jax.tree.map(by_setting, result.state),
+        _by_setting(result.metrics, seeds),
+        _states_by_setting(result.state, seeds),
         result.compile_seconds,
         result.run_seconds,
     )
+
+
+def _by_setting(tree, seeds: int):
+    """Leaves ``[C * S, ...]`` (the runner's lanes) as ``[C, S, ...]``."""
+    return jax.tree.map(lambda leaf: leaf.reshape((-1, seeds) + leaf.shape[1:]), tree)
+
+
+# One program for the whole state, where reshaping leaf by leaf compiles one per shape.
+_states_by_setting = jax.jit(_by_setting, static_argnums=1)
 
 
 # ----------------------------------------------------------------------------- statistics
