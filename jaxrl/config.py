@@ -269,31 +269,6 @@ def require_choice(config, field: str, choices) -> None:
         raise ValueError(f"{field} must be one of {sorted(choices)}, got {value!r}")
 
 
-def require_network(config, spec, whole=None) -> None:
-    """Check the ``network`` / ``hidden_sizes`` / ``activation`` fields an algorithm's
-    networks are built from, against the env's :class:`~jaxrl.envs.spec.EnvSpec`: a
-    shorthand against its observation dims, a user's torso by building it on its
-    observation (:func:`jaxrl.networks.resolve_torso`), a whole network
-    (:class:`jaxrl.networks.Whole`) by ``whole(config, spec)``, the algorithm's check of
-    its call (None: the algorithm takes none)."""
-    from jaxrl.networks import ACTIVATIONS, Whole, resolve_torso
-
-    sizes = config.hidden_sizes
-    if not sizes or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in sizes):
-        raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {sizes!r}")
-    require_choice(config, "activation", ACTIVATIONS)
-    if not isinstance(config.network, Whole):
-        resolve_torso(config.network, spec)
-    elif whole is None:
-        algorithm = type(config).__module__.rpartition(".")[2]
-        raise ValueError(
-            f"network: {algorithm} takes a torso, not a whole network (jaxrl.networks.Whole: the on-policy "
-            "family's, DQN's, DDPG's, TD3's and SAC's)"
-        )
-    else:
-        whole(config, spec)
-
-
 def require_range(config, field: str, low: float, high: float, low_open: bool = False, high_open: bool = False) -> None:
     """Check a traced hyper-parameter when it is concrete (skipped while tracing).
 

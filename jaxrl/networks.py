@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl.config import import_reference, part, static
+from jaxrl.config import import_reference, part, require_choice, static
 from jaxrl.envs.spec import OneHot  # an observation layout: the spec says what each leaf is
 
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu, "elu": nn.elu, "silu": nn.silu}
@@ -425,6 +425,29 @@ def _probe_features(module: nn.Module, observation_key: tuple) -> int:
     if not jnp.issubdtype(out.dtype, jnp.floating):
         raise ValueError(f"network: a torso returns float features, {type(module).__name__} returned {out.dtype}")
     return int(shape[-1])
+
+
+def require_network(config, spec, whole=None) -> None:
+    """Check the ``network`` / ``hidden_sizes`` / ``activation`` fields an algorithm's
+    networks are built from, against the env's :class:`~jaxrl.envs.spec.EnvSpec`: a
+    shorthand against its observation dims, a user's torso by building it on its
+    observation (:func:`jaxrl.networks.resolve_torso`), a whole network
+    (:class:`jaxrl.networks.Whole`) by ``whole(config, spec)``, the algorithm's check of
+    its call (None: the algorithm takes none)."""
+    sizes = config.hidden_sizes
+    if not sizes or not all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in sizes):
+        raise ValueError(f"hidden_sizes must be a non-empty tuple of positive ints, got {sizes!r}")
+    require_choice(config, "activation", ACTIVATIONS)
+    if not isinstance(config.network, Whole):
+        resolve_torso(config.network, spec)
+    elif whole is None:
+        algorithm = type(config).__module__.rpartition(".")[2]
+        raise ValueError(
+            f"network: {algorithm} takes a torso, not a whole network (jaxrl.networks.Whole: the on-policy "
+            "family's, DQN's, DDPG's, TD3's and SAC's)"
+        )
+    else:
+        whole(config, spec)
 
 
 def torso(kind: str | CustomTorso, hidden_sizes, activation: str, obs_ndim: int | OneHot | tuple) -> nn.Module:

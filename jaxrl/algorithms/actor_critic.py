@@ -42,7 +42,6 @@ from jaxrl.config import (
     check_traced_parts,
     freeze_mapping,
     require_choice,
-    require_network,
     require_range,
     static,
 )
@@ -96,7 +95,7 @@ class Config(offpolicy.ReplaySchedule):
         self.check_schedule()
         offpolicy.check_normalization(self)
         spec = self.check_actions()
-        require_network(self, spec, check_whole_network)
+        networks.require_network(self, spec, check_whole_network)
         require_choice(self, "memory", networks.MEMORY_KINDS)
         if self.memory != "none":
             if self.n_step != 1:

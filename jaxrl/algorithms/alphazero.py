@@ -55,7 +55,7 @@ from jaxrl import envs, evaluation, networks, optim, returns, rollout
 from jaxrl.algorithms import requirements
 from jaxrl.algorithms.contract import Algorithm
 from jaxrl.buffers import replay
-from jaxrl.config import freeze_mapping, require_int, require_network, require_range, static
+from jaxrl.config import freeze_mapping, require_int, require_range, static
 from jaxrl.distributions import mask_actions
 from jaxrl.envs import pgx as pgx_games
 
@@ -201,7 +201,7 @@ class Config:
         for field in ("num_evals", "num_reports", "eval_simulations"):
             require_int(self, field, 0)
         require_int(self, "total_timesteps", self.num_games * self.num_steps)
-        require_network(self, network_spec(self))
+        networks.require_network(self, network_spec(self))
         if not two_player(self.env_id) and self.buffer_size < self.num_games * self.num_steps:
             # an iteration's steps enter the replay at once, with their value targets
             raise ValueError(

@@ -34,9 +34,9 @@ from jaxrl import data, envs, evaluation, loop, optim
 from jaxrl.algorithms import requirements
 from jaxrl.algorithms.contract import Algorithm
 from jaxrl.algorithms.offpolicy import initial_carry
-from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
+from jaxrl.config import freeze_mapping, require_choice, require_int, require_range, static
 from jaxrl.distributions import Categorical, Normal, mask_actions
-from jaxrl.networks import Actor, resolve_torso
+from jaxrl.networks import Actor, require_network, resolve_torso
 
 
 @struct.dataclass

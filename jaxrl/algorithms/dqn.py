@@ -49,7 +49,6 @@ from jaxrl.config import (
     choose_part,
     freeze_mapping,
     require_int,
-    require_network,
     require_range,
     static,
 )
@@ -118,7 +117,7 @@ class QLearningConfig(offpolicy.ReplaySchedule):
                 f"DQN needs a discrete action space; env_id {self.env_id!r} has a continuous (Box) "
                 f"action space of shape {spec.action_shape} (use SAC, TD3 or DDPG)"
             )
-        require_network(self, spec, check_whole_network)
+        networks.require_network(self, spec, check_whole_network)
 
     def check_traced(self) -> None:
         """ValueErrors for traced hyper-parameters out of range (skipped while tracing)."""

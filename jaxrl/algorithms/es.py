@@ -46,7 +46,7 @@ from jax.flatten_util import ravel_pytree
 from jaxrl import envs, evaluation, loop, networks
 from jaxrl.algorithms import requirements
 from jaxrl.algorithms.contract import Algorithm
-from jaxrl.config import freeze_mapping, require_choice, require_int, require_network, require_range, static
+from jaxrl.config import freeze_mapping, require_choice, require_int, require_range, static
 from jaxrl.distributions import mask_actions
 
 STRATEGIES = ("openai_es", "cma_es", "snes")
@@ -94,7 +94,7 @@ class Config:
         for field in ("sample_actions", "normalize_observations"):
             require_choice(self, field, (True, False))
         spec = envs.config_spec(self)
-        require_network(self, spec)
+        networks.require_network(self, spec)
         requirements.refuse_multi_discrete(spec, self.env_id, "es")
         if not spec.discrete and len(spec.action_shape) != 1:
             raise ValueError(f"es needs a Discrete or a 1-D Box action space; {self.env_id} has {spec.action_shape}")

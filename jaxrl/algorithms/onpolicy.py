@@ -41,7 +41,6 @@ from jaxrl.config import (
     freeze_mapping,
     require_choice,
     require_int,
-    require_network,
     require_range,
     static,
 )
@@ -109,7 +108,7 @@ class Config:
         for field in ("num_evals", "num_reports"):
             require_int(self, field, 0)
         require_int(self, "total_timesteps", self.num_envs * self.num_steps)
-        require_network(self, envs.config_spec(self), check_whole_network)
+        networks.require_network(self, envs.config_spec(self), check_whole_network)
         # A padding step would carry one episode's memory into the next. An agent that has
         # left (multi-agent) is terminated at each of its invalid steps, so its memory resets.
         if self.memory != "none" and not self.multi_agent:
