@@ -358,6 +358,14 @@ class Whole:
     critic: Any = static(None)
 
 
+def refuse_head_options(options: dict) -> None:
+    """ValueError naming the options (``{name: whether it is on}``) that change the
+    built-in heads, which a whole network (:class:`Whole`) brings itself, feed-forward."""
+    on = [name for name, value in options.items() if value]
+    if on:
+        raise ValueError(f"network: a whole network (jaxrl.networks.Whole) brings its own heads; turn off {on}")
+
+
 def check_call(module: nn.Module, inputs: tuple, expected: Sequence, call: str) -> None:
     """ValueError naming ``network`` unless ``module`` called on ``inputs`` (abstract
     arrays, ``None`` or ``()``) returns outputs whose shapes (a pytree of shape tuples)
@@ -404,9 +412,8 @@ def from_abstract_key(key: tuple):
 def _probe_features(module: nn.Module, observation_key: tuple) -> int:
     """``F`` of the ``[..., F]`` features ``module`` returns on the observation, checked
     without computing (``jax.eval_shape``)."""
-    tree, leaves = observation_key
-    batch = jax.tree.unflatten(tree, [jax.ShapeDtypeStruct(PROBE_DIMS + shape, dtype) for shape, dtype in leaves])
-    described = jax.tree.unflatten(tree, [f"{dtype}{list(PROBE_DIMS + shape)}" for shape, dtype in leaves])
+    batch = probe_batch(from_abstract_key(observation_key))
+    described = jax.tree.map(lambda leaf: f"{leaf.dtype}{list(leaf.shape)}", batch)
     try:
         out, _ = jax.eval_shape(lambda obs: module.init_with_output(jax.random.key(0), obs), batch)
     except Exception as error:  # the user's code: any failure is a bad network
@@ -613,17 +620,13 @@ class ActorCritic(nn.Module):
         if self.memory != "none" and self.shared_memory:
             if self.critic_obs_ndim is not None:
                 raise ValueError("a critic with its own input (critic_obs_ndim) needs shared_memory=False")
-            self.torso, self.core = (
-                make_torso(self.network, self.obs_ndim),
-                RecurrentCore(self.memory, self.memory_size),
-            )
+            self.torso = make_torso(self.network, self.obs_ndim)
+            self.core = RecurrentCore(self.memory, self.memory_size)
         else:
             critic_ndim = self.obs_ndim if self.critic_obs_ndim is None else self.critic_obs_ndim
             critic_kind = self.network if self.critic_network is None else self.critic_network
-            self.actor_torso, self.critic_torso = (
-                make_torso(self.network, self.obs_ndim),
-                make_torso(critic_kind, critic_ndim),
-            )
+            self.actor_torso = make_torso(self.network, self.obs_ndim)
+            self.critic_torso = make_torso(critic_kind, critic_ndim)
         if self.memory != "none" and not self.shared_memory:
             self.actor_core = RecurrentCore(self.memory, self.memory_size)
             self.critic_core = RecurrentCore(self.memory, self.memory_size)
@@ -632,10 +635,8 @@ class ActorCritic(nn.Module):
         if self.discrete:
             return
         if self.state_dependent_std:
-            num_features = (
-                self.memory_size if self.memory != "none" else torso_features(self.network, self.hidden_sizes)
-            )
-            self.sde_log_std = self.param(SDE_LOG_STD, nn.initializers.zeros, (num_features, self.action_dim))
+            features = self.memory_size if self.memory != "none" else torso_features(self.network, self.hidden_sizes)
+            self.sde_log_std = self.param(SDE_LOG_STD, nn.initializers.zeros, (features, self.action_dim))
         else:
             self.log_std = self.param("log_std", nn.initializers.constant(self.log_std_init), (self.action_dim,))
 
@@ -791,8 +792,9 @@ def ensemble(module: type[nn.Module], size: int) -> type[nn.Module]:
 class ContinuousQ(nn.Module):
     """``Q(s, a)`` for continuous actions: the observation's features (flattened for
     ``network="mlp"``; with a CNN choice, each image leaf through its convolutions, as
-    :class:`ObservationEncoder`) concatenated with the action ``[..., A]``, then an MLP
-    of ``hidden_sizes`` and a linear output. Returns ``[...]``."""
+    :class:`ObservationEncoder`; a user's :class:`CustomTorso` as it is) concatenated
+    with the action ``[..., A]``, then an MLP of ``hidden_sizes`` and a linear output.
+    Returns ``[...]``."""
 
     hidden_sizes: Sequence[int] = (256, 256)
     activation: str = "relu"

@@ -180,10 +180,7 @@ def check_whole_network(config, spec: envs.EnvSpec) -> None:
     """A whole network (:class:`jaxrl.networks.Whole`) here is an actor and a critic,
     feed-forward; their calls are checked where they are built, once the algorithm has
     chosen its policy (:func:`whole_actor`, :func:`whole_critics`)."""
-    extras = {"memory": config.memory != "none", "sde": getattr(config, "sde", None) is not None}
-    if any(extras.values()):
-        on = [name for name, value in extras.items() if value]
-        raise ValueError(f"network: a whole network (jaxrl.networks.Whole) is feed-forward on its own; turn off {on}")
+    networks.refuse_head_options({"memory": config.memory != "none", "sde": getattr(config, "sde", None) is not None})
     if config.network.critic is None:
         raise ValueError("network: Whole(actor, critic=...) needs the critic too (the algorithm ensembles it)")
     networks.user_module(config.network.network, spec)

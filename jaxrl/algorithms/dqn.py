@@ -231,11 +231,9 @@ def check_whole_network(config: QLearningConfig, spec) -> None:
     """A whole Q-network (:class:`jaxrl.networks.Whole`) is called ``network(obs) -> q``,
     feed-forward, its own head: ``[..., A]`` values, or ``[..., A, outputs]`` for a
     distributional ``head``."""
-    extras = {"memory": getattr(config, "memory", "none") != "none", "dueling": config.dueling}
-    extras["noisy exploration"] = bool(config.exploration.network_settings())
-    if any(extras.values()):
-        on = [name for name, value in extras.items() if value]
-        raise ValueError(f"network: a whole Q-network (jaxrl.networks.Whole) brings its own head; turn off {on}")
+    noisy = bool(config.exploration.network_settings())
+    memory = getattr(config, "memory", "none") != "none"  # R2D2's
+    networks.refuse_head_options({"memory": memory, "dueling": config.dueling, "noisy exploration": noisy})
     module = networks.user_module(config.network.network, spec)
     shape = networks.PROBE_DIMS + (spec.num_actions,) + ((config.head.outputs,) if config.head.outputs > 1 else ())
     outputs = f"[..., {spec.num_actions}" + (f", {config.head.outputs}]" if config.head.outputs > 1 else "]")

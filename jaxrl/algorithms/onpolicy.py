@@ -248,18 +248,19 @@ def _layouts(observation, spec: envs.EnvSpec):
 def make_network(config) -> ActorCritic:
     """The actor-critic: logits for Discrete actions, every choice's logits one after
     another (``sum(nvec)``) for MultiDiscrete ones, a Gaussian's mean and log-std for Box.
-    With a ``centralised_critic`` its critic reads other inputs (:func:`split_observation`)."""
+    With a ``centralised_critic`` its critic reads other inputs (:func:`split_observation`),
+    through its own torso. A whole network of the user's (:class:`jaxrl.networks.Whole`)
+    stands in for all of it."""
     spec = envs.config_spec(config)
     if isinstance(config.network, networks.Whole):
         return networks.user_module(config.network.network, spec)
     actor_obs, critic_obs = split_observation(spec.observation, config)
+    torso = lambda obs: networks.resolve_torso(config.network, _input_spec(spec, obs))  # noqa: E731
     return ActorCritic(
         action_dim=_action_dim(spec),
         discrete=not spec.continuous,
-        network=networks.resolve_torso(config.network, _input_spec(spec, actor_obs)),
-        critic_network=None
-        if critic_obs is None
-        else networks.resolve_torso(config.network, _input_spec(spec, critic_obs)),
+        network=torso(actor_obs),
+        critic_network=None if critic_obs is None else torso(critic_obs),
         hidden_sizes=config.hidden_sizes,
         activation=config.activation,
         obs_ndim=_layouts(actor_obs, spec),
@@ -282,11 +283,10 @@ def _action_dim(spec: envs.EnvSpec) -> int:
 def check_whole_network(config, spec: envs.EnvSpec) -> None:
     """A whole network (:class:`jaxrl.networks.Whole`) here is called as
     :class:`~jaxrl.networks.ActorCritic` is, feed-forward, and returns its outputs."""
-    extras = {"memory": config.memory != "none", "centralised_critic": config.centralised_critic}
-    extras["sde"] = policy_exploration(config.sde).state_dependent_std
-    if any(extras.values()):
-        on = [name for name, value in extras.items() if value]
-        raise ValueError(f"network: a whole network (jaxrl.networks.Whole) is feed-forward on its own; turn off {on}")
+    sde = policy_exploration(config.sde).state_dependent_std
+    networks.refuse_head_options(
+        {"memory": config.memory != "none", "centralised_critic": config.centralised_critic, "sde": sde}
+    )
     module = networks.user_module(config.network.network, spec)
     dims, action_dim = networks.PROBE_DIMS, _action_dim(spec)
     policy = [dims + (action_dim,)]
