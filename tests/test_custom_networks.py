@@ -22,7 +22,7 @@ from jaxrl import algorithms, networks
 from jaxrl.algorithms import bc, dqn, es, iql, ppo, r2d2, sac, td3
 from jaxrl.config import fields_to_json
 from jaxrl.networks import Actor, ActorCritic, ContinuousQ, Whole
-from jaxrl.workflow import cli, saved
+from jaxrl.workflow import cli, saved, sweep
 from jaxrl.workflow.saved import config_from_fields
 
 
@@ -284,3 +284,18 @@ def test_the_command_line_trains_resumes_and_evaluates_a_users_network(cli_run, 
     assert cli.main(["evaluate", str(resumed_dir), "--json", str(out), "--no-cache"]) == 0
     result = json.loads(out.read_text())
     assert np.shape(result["returns"]) == (2, 2) and result["mean_return"] == result["run_eval_return"]
+    dataset = tmp_path / "recorded.npz"
+    assert (
+        cli.main(["record", str(resumed_dir), "--steps", "32", "--envs", "2", "--out", str(dataset), "--no-cache"]) == 0
+    )
+    assert np.load(dataset)["obs"].shape[-1] == 4
+
+
+def test_a_sweep_over_a_users_torso():
+    """Two learning rates x two seeds of PPO on a user's torso, lanes of one program."""
+    config = ppo.Config(network=custom_torsos.Residual(width=8), **{**PPO_SMALL, "total_timesteps": 128})
+    result = sweep.run("ppo", config, sweep.grid(learning_rate=[1e-3, 1e-2]), seeds=2)
+    params = jax.tree.leaves(result.state.params)
+    assert params[0].shape[:2] == (2, 2) and all(np.all(np.isfinite(leaf)) for leaf in params)
+    first, second = ([np.asarray(leaf)[c] for leaf in params] for c in (0, 1))
+    assert not all(np.array_equal(a, b) for a, b in zip(first, second))  # the learning rate reached each lane
