@@ -64,9 +64,7 @@ def test_each_network_has_its_own_copy():
     assert not np.array_equal(actor["Dense_0"]["kernel"], critic["Dense_0"]["kernel"])
     config = sac.Config(env_id="Pendulum-v1", network=custom_torsos.Residual(width=8))
     state = sac.init(jax.random.key(0), config)
-    critic = flax.traverse_util.flatten_dict(
-        state.params["critic"] if "critic" in state.params else state.critic_params
-    )
+    critic = flax.traverse_util.flatten_dict(state.critic_params)
     encoder = [path for path in critic if "encoder" in path and path[-1] == "kernel" and "Dense_0" in path]
     assert encoder and critic[encoder[0]].shape[0] == 2  # twin critics, an encoder each
 
