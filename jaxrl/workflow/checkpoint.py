@@ -5,7 +5,13 @@ stores three items: ``state`` (any pytree: parameters, optimiser state, replay b
 env states, normalisation statistics, counters, typed PRNG keys), ``history`` (a pytree
 of NumPy arrays, e.g. the metrics logged so far) and ``meta`` (a JSON dict saying which
 run this is). Orbax writes a step into a temporary directory and renames it only once
-complete, so a crash mid-save leaves the previous step as the latest. ::
+complete, so a crash mid-save leaves the previous step as the latest. Each step also
+holds ``jaxrl_checksums.json``, the size and SHA-256 of every file in it, checked before
+the step is read: a step damaged after it was written (a truncated copy, a flipped bit)
+is a :class:`DamagedCheckpoint`, and :meth:`Checkpoints.restore` of the latest step falls
+back to the newest whole one, with a warning naming what it skipped. A save that fails
+part-way (a full disk) is a :class:`CheckpointSaveError` and leaves the earlier steps as
+they were. ::
 
     checkpoints = Checkpoints("runs/ppo/checkpoints", keep=3)
     checkpoints.save(100, state, meta={"algorithm": "ppo", ...}, eval_return=480.0)
@@ -16,8 +22,15 @@ Needs the ``checkpoint`` extra: ``pip install "jaxrl[checkpoint]"``.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
+import logging
 import os
+import shutil
+import threading
+import uuid
+import warnings
 from typing import Any
 
 import jax
@@ -30,6 +43,18 @@ def _orbax():
     except ImportError as error:  # pragma: no cover - depends on the install
         raise ImportError('checkpoints need orbax-checkpoint: pip install "jaxrl[checkpoint]"') from error
     return ocp
+
+
+CHECKSUMS = "jaxrl_checksums.json"  # in each step's directory
+
+
+class DamagedCheckpoint(ValueError):
+    """A checkpoint step that cannot be read back whole (a file missing, cut short or
+    changed since it was written, or one its reader refuses)."""
+
+
+class CheckpointSaveError(OSError):
+    """A save that failed part-way; the steps saved before it are intact."""
 
 
 def _is_key(leaf) -> bool:
@@ -111,6 +136,9 @@ class Checkpoints:
         }
         self._manager = ocp.CheckpointManager(self.directory, options=options, item_handlers=handlers)
 
+    def _step_dir(self, step: int) -> str:
+        return os.path.join(self.directory, str(int(step)))
+
     def steps(self) -> list[int]:
         """The complete steps in the directory, oldest first."""
         return sorted(self._manager.all_steps())
@@ -120,17 +148,71 @@ class Checkpoints:
 
     def best_step(self) -> int | None:
         """The kept step with the highest finite ``eval_return`` (None if none has one)."""
-        scored = [
-            (meta["eval_return"], step)
-            for step in self.steps()
-            if (meta := self.meta(step)).get("eval_return") is not None
-        ]
+        scored = []
+        for step in self.steps():
+            try:
+                meta = self.meta(step)
+            except DamagedCheckpoint as error:
+                warnings.warn(f"{error}: not ranked for the best checkpoint", stacklevel=2)
+                continue
+            if meta.get("eval_return") is not None:
+                scored.append((meta["eval_return"], step))
         return max(scored)[1] if scored else None
 
     def meta(self, step: int) -> dict:
-        """The ``meta`` dict saved with ``step``."""
+        """The ``meta`` dict saved with ``step`` (a :class:`DamagedCheckpoint` if the
+        step fails its checksums or its meta does not read)."""
+        self.verify(step)
+        return self._meta(step)
+
+    def _meta(self, step: int) -> dict:
         ocp = _orbax()
-        return dict(self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta)
+        try:
+            restored = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+            return dict(restored.meta)
+        except Exception as error:  # noqa: BLE001 - whatever the reader raises, the step does not read
+            raise DamagedCheckpoint(f"checkpoint {self._step_dir(step)}: its meta does not read ({error})") from None
+
+    def verify(self, step: int) -> bool:
+        """Check ``step``'s files against the checksums saved with it: a
+        :class:`DamagedCheckpoint` naming the first file that differs; False for a step
+        saved without checksums (by an older jaxrl, or a process that died between the
+        two writes), which is read unchecked; True for a step that checks."""
+        step_dir = self._step_dir(step)
+        try:
+            with open(os.path.join(step_dir, CHECKSUMS)) as f:
+                expected = json.load(f)["files"]
+        except FileNotFoundError:
+            return False
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise DamagedCheckpoint(f"checkpoint {step_dir}: its {CHECKSUMS} does not read ({error})") from None
+        for name, (size, digest) in sorted(expected.items()):
+            path = os.path.join(step_dir, name)
+            try:
+                found = os.path.getsize(path)
+                if found != size:
+                    raise DamagedCheckpoint(f"checkpoint {step_dir}: {name} has {found} bytes, {size} were saved")
+                if _sha256(path) != digest:
+                    raise DamagedCheckpoint(f"checkpoint {step_dir}: {name} differs from what was saved (checksum)")
+            except OSError as error:
+                raise DamagedCheckpoint(f"checkpoint {step_dir}: {name} does not read ({error})") from None
+        return True
+
+    def _write_checksums(self, step: int) -> None:
+        step_dir = self._step_dir(step)
+        files = {}
+        for folder, _, names in os.walk(step_dir):
+            for name in names:
+                path = os.path.join(folder, name)
+                relative = os.path.relpath(path, step_dir)
+                if relative != CHECKSUMS:
+                    files[relative] = (os.path.getsize(path), _sha256(path))
+        temporary = os.path.join(step_dir, f"{CHECKSUMS}.{uuid.uuid4().hex}.tmp")
+        with open(temporary, "w") as f:
+            json.dump({"algorithm": "sha256", "files": files}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, os.path.join(step_dir, CHECKSUMS))
 
     def save(
         self,
@@ -157,35 +239,89 @@ class Checkpoints:
         if host_envs is not None:
             items["host_envs"] = ocp.args.StandardSave({"pickle": np.frombuffer(host_envs, np.uint8)})
         metrics = None if eval_return is None else {"eval_return": float(eval_return)}
-        self._manager.save(int(step), args=ocp.args.Composite(**items), metrics=metrics, force=True)
-        self._manager.wait_until_finished()
+        step = int(step)
+        if step in self.steps():  # a damaged step a resume skipped: this run writes it again
+            self._manager.delete(step)
+        writers = set(threading.enumerate())
+        try:
+            with _orbax_errors_held():
+                try:
+                    self._manager.save(step, args=ocp.args.Composite(**items), metrics=metrics, force=True)
+                    self._manager.wait_until_finished()
+                except Exception:
+                    # orbax raises at the first failed write while its other writers go on:
+                    # wait for them, so that nothing is written after the cleanup below.
+                    for thread in set(threading.enumerate()) - writers:
+                        thread.join(timeout=60)
+                    raise
+            self._write_checksums(step)
+        except Exception as error:  # noqa: BLE001 - a writer's failure, whatever orbax wraps it in
+            self._discard(step)
+            earlier = [s for s in self.steps() if s != step]
+            raise CheckpointSaveError(
+                f"could not save checkpoint {step} in {self.directory} ({type(error).__name__}: {error}); "
+                f"the checkpoints before it are intact (steps {earlier or 'none'})"
+            ) from None
+
+    def _discard(self, step: int) -> None:
+        """Remove what a failed save of ``step`` left: its temporary directory, or the
+        step itself if orbax finished it but its checksums were not written."""
+        with contextlib.suppress(Exception):
+            self._manager.reload()
+            if step in self._manager.all_steps():
+                self._manager.delete(step)
+        for name in os.listdir(self.directory):
+            if name.startswith(f"{step}.orbax-checkpoint-tmp"):
+                shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
 
     def restore(self, template, step: int | None = None, *, expect_meta: dict | None = None):
-        """Load ``step`` (default: the latest) as a pytree shaped like ``template``.
+        """Load ``step`` as a pytree shaped like ``template``; by default the newest step
+        that reads whole (each damaged step newer than it skipped with a warning naming it).
 
         ``expect_meta``: fields that must equal the saved meta (e.g. the algorithm and
         its config); a difference is a ValueError naming each differing field, raised
         before any array is read. Returns ``(state, history, meta)``; ``history`` is None
-        if none was saved.
+        if none was saved. A damaged ``step`` is a :class:`DamagedCheckpoint`; with no
+        ``step``, so is a directory none of whose steps reads, naming each.
         """
+        if step is not None:
+            if step not in self.steps():
+                raise FileNotFoundError(f"no checkpoint step {step} in {self.directory}; steps: {self.steps()}")
+            return self._restore(template, step, expect_meta)
+        steps = self.steps()
+        if not steps:
+            raise FileNotFoundError(f"no checkpoint in {self.directory}")
+        damaged = []
+        for candidate in reversed(steps):
+            try:
+                return self._restore(template, candidate, expect_meta)
+            except DamagedCheckpoint as error:
+                damaged.append(str(error))
+                older = "the one before it" if candidate != steps[0] else "none"
+                warnings.warn(f"skipping a damaged checkpoint, {error}; trying {older}", stacklevel=2)
+        raise DamagedCheckpoint(f"no checkpoint in {self.directory} reads whole: " + "; ".join(damaged))
+
+    def _restore(self, template, step: int, expect_meta: dict | None):
         ocp = _orbax()
-        if step is None:
-            step = self.latest_step()
-            if step is None:
-                raise FileNotFoundError(f"no checkpoint in {self.directory}")
-        elif step not in self.steps():
-            raise FileNotFoundError(f"no checkpoint step {step} in {self.directory}; steps: {self.steps()}")
-        meta = self.meta(step)
+        verified = self.verify(step)  # before anything is read
+        meta = self._meta(step)
         if expect_meta is not None:
             check_meta(meta, expect_meta, f"checkpoint {self.directory} step {step}")
         abstract = jax.tree.map(_restore_target, _unwrap_keys(template))
         items = {"state": ocp.args.StandardRestore(abstract)}
-        has_history = "history" in self._manager.item_metadata(step)
-        if has_history:
-            items["history"] = ocp.args.StandardRestore()
         try:
+            has_history = "history" in self._manager.item_metadata(step)
+            if has_history:
+                items["history"] = ocp.args.StandardRestore()
             restored = self._manager.restore(step, args=ocp.args.Composite(**items))
-        except (ValueError, KeyError, TypeError) as error:
+        except Exception as error:  # noqa: BLE001 - sorted below
+            if not verified:  # no checksums to tell a damaged step from another structure
+                raise DamagedCheckpoint(
+                    f"checkpoint {self._step_dir(step)} does not read: damaged, or saved from another "
+                    f"state structure ({error})"
+                ) from None
+            if not isinstance(error, (ValueError, KeyError, TypeError)):
+                raise
             raise ValueError(
                 f"checkpoint {self.directory} step {step} does not match this run's state structure: {error}"
             ) from error
@@ -209,3 +345,33 @@ class Checkpoints:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def _orbax_errors_held():
+    """Hold back the tracebacks orbax logs from its writer threads while a save runs:
+    a failed save is one :class:`CheckpointSaveError`; after a save that succeeds,
+    whatever was held is logged as it would have been."""
+    held = []
+
+    class Hold(logging.Filter):
+        def filter(self, record):
+            held.append(record)
+            return False
+
+    hold, logger = Hold(), logging.getLogger("absl")
+    logger.addFilter(hold)
+    try:
+        yield
+    finally:
+        logger.removeFilter(hold)
+    for record in held:  # reached only when the save succeeded
+        logger.handle(record)

@@ -74,11 +74,13 @@ class RunDir:
             _write_json(run_json, {**meta, "jaxrl_version": _version()})
 
     def restore(self, template) -> tuple[Any, int, dict | None, bytes | None] | None:
-        """``(tree, iterations, history, host_envs)`` from the latest checkpoint, shaped
-        like ``template``, or None where there is nothing to resume (``host_envs``: the
-        pickled host envs saved with it, or None)."""
+        """``(tree, iterations, history, host_envs)`` from the newest checkpoint that
+        reads whole (:meth:`jaxrl.workflow.checkpoint.Checkpoints.restore`), shaped like
+        ``template``, or None where there is nothing to resume (``host_envs``: the pickled
+        host envs saved with it, or None)."""
         if not self.resume or self.checkpoints is None or self.checkpoints.latest_step() is None:
             return None
+        # The newest checkpoint that reads whole; damaged ones after it are written again.
         tree, history, saved = self.checkpoints.restore(template, expect_meta=self.meta)
         return tree, int(saved["step"]), history, self.checkpoints.host_envs(int(saved["step"]))
 

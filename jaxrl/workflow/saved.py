@@ -167,7 +167,7 @@ def load(logdir: str | os.PathLike, checkpoint: str | int = "latest") -> SavedRu
     steps = checkpoint_steps(logdir)
     with Checkpoints(os.path.join(logdir, "checkpoints")) as checkpoints:
         if checkpoint == "latest":
-            step = steps[-1]
+            step = None  # the newest that reads whole
         elif checkpoint == "best":
             step = checkpoints.best_step()
             if step is None:
@@ -190,7 +190,8 @@ def load(logdir: str | os.PathLike, checkpoint: str | int = "latest") -> SavedRu
                 "pbt_key": template["run_keys"][0],
             }
         expect = rundir.meta(meta["algorithm"], config)
-        tree, history, _ = checkpoints.restore(template, step, expect_meta=expect)
+        tree, history, saved_meta = checkpoints.restore(template, step, expect_meta=expect)
+        step = int(saved_meta["step"])
         if population:
             tree = {"state": tree["states"], "run_keys": tree["run_keys"]}
     history = {k: v for k, v in (history or {}).items() if not k.startswith("pbt_")}
