@@ -24,8 +24,9 @@ def _restore_compilation_cache_dir():
     """``python -m jaxrl train`` turns JAX's persistent cache on for its process; a test
     that calls the CLI in-process must not leave it on for the tests after it. JAX keeps
     using a cache it has opened whatever the setting says later, so it is reset too."""
-    before = jax.config.jax_compilation_cache_dir
+    before = jax.config.jax_compilation_cache_dir, jax.config.jax_compilation_cache_max_size
     yield
-    if jax.config.jax_compilation_cache_dir != before:
-        jax.config.update("jax_compilation_cache_dir", before)
+    if (jax.config.jax_compilation_cache_dir, jax.config.jax_compilation_cache_max_size) != before:
+        jax.config.update("jax_compilation_cache_dir", before[0])
+        jax.config.update("jax_compilation_cache_max_size", before[1])  # the CLI bounds it
         compilation_cache.reset_cache()

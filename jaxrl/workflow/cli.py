@@ -9,7 +9,14 @@ returns; with no options, its own last evaluation again) and
 ``train``, ``sweep`` and ``pbt`` share the run options (:class:`jaxrl.workflow.options.RunOptions`):
 ``--logdir``, ``--loggers``, ``--chunks``, ``--checkpoint-every``, ``--resume`` and
 ``--devices N``, which splits the lanes (seeds, settings x seeds, members) over the first
-``N`` devices."""
+``N`` devices.
+
+Exit statuses: 0 the command finished; 1 it failed while running (a checkpoint a full
+disk cut short: the earlier checkpoints are intact); 2 bad input, said in one line;
+75 a SIGTERM or SIGINT stopped the run after its chunk in flight and a checkpoint of it
+(``--resume`` continues exactly); 128 + N signal N stopped a run that keeps no
+checkpoints, or a second signal ended the process at once
+(:mod:`jaxrl.workflow.stopping`)."""
 
 from __future__ import annotations
 
@@ -20,7 +27,10 @@ import math
 import os
 import sys
 
+from jaxrl.workflow import stopping
+
 USAGE_ERROR = 2
+RUN_ERROR = 1  # the run failed while running (a checkpoint a full disk cut short)
 
 
 class UsageError(Exception):
@@ -468,6 +478,8 @@ def train_command(args) -> int:
             options=options,
         )
     except (ValueError, OSError) as error:
+        if _failed_while_running(error):
+            raise
         # Raised before training: a config, a logdir or an input (e.g. a dataset file)
         # the run rejected, not a crash.
         raise UsageError(str(error)) from None
@@ -643,12 +655,19 @@ def _write_rows(rows: list[dict], path: str) -> None:
         writer.writerows(rows)
 
 
+# JAX's persistent cache locks its directory only while it bounds its size; jobs sharing
+# one directory then never read an entry another is writing.
+CACHE_MAX_BYTES = 8 << 30
+
+
 def _use_compilation_cache(args) -> None:
     if not args.no_cache:
         import jax
 
         cache_dir = os.environ.get("JAXRL_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "jaxrl", "xla"))
         jax.config.update("jax_compilation_cache_dir", cache_dir)
+        if jax.config.jax_compilation_cache_max_size == -1:  # unbounded, unlocked: JAX's default
+            jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
 
 
 def plot_command(args) -> int:
@@ -848,4 +867,18 @@ def main(argv=None) -> int:
     except UsageError as error:
         print(f"jaxrl: error: {error}", file=sys.stderr)
         return USAGE_ERROR
+    except stopping.Stopped as stopped:  # a signal stopped the run; it said so on stderr
+        return stopped.exit_status
+    except OSError as error:
+        if not _failed_while_running(error):
+            raise
+        print(f"jaxrl: error: {error}", file=sys.stderr)
+        return RUN_ERROR
     return USAGE_ERROR
+
+
+def _failed_while_running(error: BaseException) -> bool:
+    """A failure of the run's own writing (a checkpoint a full disk cut short), not of its input."""
+    from jaxrl.workflow.checkpoint import CheckpointSaveError
+
+    return isinstance(error, CheckpointSaveError)

@@ -19,6 +19,10 @@ so a run resumed from a checkpoint continues exactly as the uninterrupted run wo
     # after a crash or a stop: the same call with RunOptions(..., resume=True) carries on
     # from the latest checkpoint, with results identical to a run that never stopped.
 
+A SIGTERM or SIGINT (Ctrl-C) while the run trains stops it after the chunk in flight,
+with a checkpoint of it (:mod:`jaxrl.workflow.stopping`); a resume skips checkpoints
+damaged since they were written (:mod:`jaxrl.workflow.checkpoint`).
+
 A single run, a sweep (settings x seeds, :mod:`jaxrl.workflow.sweep`) and a population
 (:mod:`jaxrl.workflow.pbt`) are all lanes of one program that :func:`drive` runs in
 chunks; with ``RunOptions(mesh=...)`` the lanes are split over the mesh's devices (and
@@ -45,7 +49,7 @@ import numpy as np
 
 from jaxrl import loop
 from jaxrl.config import is_part, replace_paths, swept_config
-from jaxrl.workflow import distributed, metrics, program_cache, rundir
+from jaxrl.workflow import distributed, metrics, program_cache, rundir, stopping
 from jaxrl.workflow import logging as jaxrl_logging
 from jaxrl.workflow.options import DEFAULTS, RunOptions, with_keywords
 
@@ -274,16 +278,31 @@ def drive(
         _check_target(driven.name, target, driven.metric_names(tree, chunk_iterations))
     compile_seconds, run_seconds = time.perf_counter() - start, 0.0
 
-    stopped_early, chunks_run = False, 0
+    def save(tree, rows):
+        latest_eval = metrics.latest_finite(rows.get("eval_return", [[np.nan]]))
+        directory.save(completed, tree, history, float(np.mean(latest_eval)), _host_snapshot(driven, tree))
+
+    keeps_checkpoints = directory is not None and directory.checkpoint_every is not None
+    stopped_early, chunks_run, saved_at, rows = False, 0, completed, {}
+    signals = stopping.StopSignals()
     try:
-        with jaxrl_logging.progress_bar(
-            driven.budget, disable=not options.progress, counter=counter, initial=done, unit=counter.removesuffix("s")
-        ) as show_progress:
-            while completed < driven.num_iterations and not stopped_early:
+        with (
+            signals,
+            jaxrl_logging.progress_bar(
+                driven.budget,
+                disable=not options.progress,
+                counter=counter,
+                initial=done,
+                unit=counter.removesuffix("s"),
+            ) as show_progress,
+        ):
+            while completed < driven.num_iterations and not stopped_early and signals.received is None:
                 length = min(chunk_iterations, driven.num_iterations - completed)
                 start = time.perf_counter()
                 chunk = driven.chunk(tree, length)
                 compile_seconds += time.perf_counter() - start
+                if signals.received is not None:  # it came while compiling: nothing more has run
+                    break
                 start = time.perf_counter()
                 tree, chunk_metrics = chunk(tree, distributed.place(jnp.int32(completed), options.mesh))
                 rows = _rows(distributed.to_host(chunk_metrics), completed, metrics_every)
@@ -307,11 +326,15 @@ def drive(
                         }
                     )
                 stopped_early = target is not None and target.reached(history)
-                if directory and directory.wants_checkpoint(
-                    chunks_run, stopped_early or completed >= driven.num_iterations
-                ):
-                    latest_eval = metrics.latest_finite(rows.get("eval_return", [[np.nan]]))
-                    directory.save(completed, tree, history, float(np.mean(latest_eval)), _host_snapshot(driven, tree))
+                last = stopped_early or completed >= driven.num_iterations or signals.received is not None
+                if directory and directory.wants_checkpoint(chunks_run, last):
+                    save(tree, rows)
+                    saved_at = completed
+        if signals.received is not None and completed < driven.num_iterations and not stopped_early:
+            if keeps_checkpoints and saved_at < completed:  # the signal came during the save before
+                save(tree, rows)
+            checkpoint_dir = directory.checkpoints.directory if keeps_checkpoints else None
+            raise signals.stop(driven.name, completed, driven.num_iterations, checkpoint_dir)
     finally:
         for logger in loggers:
             logger.close()
