@@ -212,17 +212,41 @@ def test_loaded_outputs_keep_weak_types(cache):
         assert int(result["count"]) == 1
 
 
+def read_entry(path) -> dict:
+    """An entry file: the SHA-256 of its pickle, then the pickle."""
+    data = path.read_bytes()
+    assert hashlib.sha256(data[32:]).digest() == data[:32]
+    return pickle.loads(data[32:])
+
+
+def write_entry(path, entry: dict) -> None:
+    data = pickle.dumps(entry)
+    path.write_bytes(hashlib.sha256(data).digest() + data)
+
+
 def test_a_damaged_program_in_a_readable_entry_is_a_miss(cache):
     prepared()
     (path,) = cache.iterdir()
-    entry = pickle.loads(path.read_bytes())
+    entry = read_entry(path)
     entry["exported"] = entry["exported"][:-50] + bytes(50)
-    path.write_bytes(pickle.dumps(entry))
+    write_entry(path, entry)
     np.testing.assert_array_equal(prepared()[1]["y"], [0.0, 2.0, 4.0])
-    assert (
-        pickle.loads(path.read_bytes())["sha256"]
-        == hashlib.sha256(pickle.loads(path.read_bytes())["exported"]).hexdigest()
-    )  # written again, whole
+    assert read_entry(path)["sha256"] == hashlib.sha256(read_entry(path)["exported"]).hexdigest()  # written again
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip a byte"])
+def test_an_entry_cut_short_or_changed_is_never_unpickled(damage, cache, monkeypatch):
+    prepared()
+    (path,) = cache.iterdir()
+    data = path.read_bytes()
+    middle = len(data) // 2
+    damaged = data[:middle] if damage == "truncate" else data[:middle] + bytes([data[middle] ^ 1]) + data[middle + 1 :]
+    path.write_bytes(damaged)
+    unpickled, loads = [], pickle.loads
+    monkeypatch.setattr(pickle, "loads", lambda data: unpickled.append(1) or loads(data))
+    np.testing.assert_array_equal(prepared()[1]["y"], [0.0, 2.0, 4.0])
+    assert unpickled == []  # traced again, not read
+    assert read_entry(path)["sha256"]  # and written anew, whole
 
 
 def test_what_cannot_be_kept_is_traced_every_time(cache):
@@ -250,7 +274,7 @@ def test_what_cannot_be_kept_is_traced_every_time(cache):
         assert prepared(fn=with_local, identity="local")[1]["tag"] == Local(1)
         np.testing.assert_array_equal(prepared(fn=with_callback, identity="callback")[1], [0.0, 2.0, 4.0])
     assert len(calls) == 2
-    entries = [pickle.loads(path.read_bytes()) for path in cache.iterdir()]
+    entries = [read_entry(path) for path in cache.iterdir()]
     assert entries == [{"exported": None}] * 2  # markers, and no temporary files left
     committed = ({"a": jax.device_put(np.arange(3, dtype=np.float32), jax.devices()[0]), "count": np.int32(0)},)
     prepared(args=committed, identity="committed")

@@ -17,8 +17,10 @@ the versions of jaxrl and of the packages traced through, Python's version, the 
 and the current value of every JAX setting but ``jax_compilation_cache_max_size``.
 Programs with host callbacks cannot be serialized and are traced every time, as are
 programs with inputs committed to a device, and everything while the persistent cache
-is off or remote. A damaged entry is ignored and written again. Entries are pickles:
-the directory must be as trusted as JAX's cache of executables beside it. Deleting the
+is off or remote. Each entry is written whole or not at all (a temporary file renamed)
+and carries a SHA-256 of its contents, checked before it is read: an entry cut short or
+changed is traced again and written anew, never loaded. Entries are pickles: the
+directory must be as trusted as JAX's cache of executables beside it. Deleting the
 directory is safe.
 
 The directory keeps to ``jax_compilation_cache_max_size`` on its own (JAX's cache counts
@@ -45,9 +47,10 @@ from typing import Any
 import jax
 import numpy as np
 
-FORMAT = 2  # of an entry; part of the key
+FORMAT = 3  # of an entry; part of the key
 PACKAGES = ("jaxrl", "jax", "jaxlib", "flax", "optax", "chex", "gymnax", "numpy")
 NOT_SERIALIZABLE = "not serializable"
+DIGEST_BYTES = 32  # an entry file is the SHA-256 of its pickle, then the pickle
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +226,10 @@ def _load(path: str):
     longer unpickles)."""
     try:
         with open(path, "rb") as f:
-            return _load_entry(pickle.load(f))
+            digest, data = f.read(DIGEST_BYTES), f.read()
+        if hashlib.sha256(data).digest() != digest:  # cut short or changed: never unpickled
+            return None
+        return _load_entry(pickle.loads(data))
     except Exception:  # noqa: BLE001 - any unreadable entry is a miss
         return None
 
@@ -283,7 +289,7 @@ def _save(path: str, entry: dict) -> None:
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(temporary, "xb") as f:
-            f.write(data)
+            f.write(hashlib.sha256(data).digest() + data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(temporary, path)
