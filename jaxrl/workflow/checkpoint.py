@@ -151,7 +151,7 @@ class Checkpoints:
         scored = []
         for step in self.steps():
             try:
-                meta = self.meta(step)
+                meta = self._meta(step)  # unchecked: the step chosen is checked as it is restored
             except DamagedCheckpoint as error:
                 warnings.warn(f"{error}: not ranked for the best checkpoint", stacklevel=2)
                 continue

@@ -331,7 +331,7 @@ def drive(
                     save(tree, rows)
                     saved_at = completed
         if signals.received is not None and completed < driven.num_iterations and not stopped_early:
-            if keeps_checkpoints and saved_at < completed:  # the signal came during the save before
+            if keeps_checkpoints and saved_at < completed:  # it came while compiling, after a chunk not saved
                 save(tree, rows)
             checkpoint_dir = directory.checkpoints.directory if keeps_checkpoints else None
             raise signals.stop(driven.name, completed, driven.num_iterations, checkpoint_dir)
