@@ -1,3 +1,7 @@
+import os
+import pathlib
+import re
+
 import jax
 import pytest
 from jax.experimental.compilation_cache import compilation_cache
@@ -30,3 +34,49 @@ def _restore_compilation_cache_dir():
         jax.config.update("jax_compilation_cache_dir", before[0])
         jax.config.update("jax_compilation_cache_max_size", before[1])  # the CLI bounds it
         compilation_cache.reset_cache()
+
+
+# ----------------------------------------------------------------------------- no silent skips
+
+# Import names of the test extra's packages that differ from the package's name.
+IMPORT_NAMES = {"orbax-checkpoint": "orbax", "pytest-xdist": "xdist", "tensorboardx": "tensorboardX"}
+MISSING = re.compile(r"could not import '([^']+)'")
+
+
+def _test_extra_modules() -> set:
+    """Top-level import names of the ``test`` extra's packages that apply here (their
+    environment markers hold)."""
+    import tomllib
+    from packaging.requirements import Requirement
+
+    pyproject = tomllib.loads((pathlib.Path(__file__).parent.parent / "pyproject.toml").read_text())
+    modules = set()
+    for text in pyproject["project"]["optional-dependencies"]["test"]:
+        requirement = Requirement(text)
+        if requirement.marker is None or requirement.marker.evaluate():
+            name = requirement.name.lower()
+            modules.add(IMPORT_NAMES.get(name, name.replace("-", "_")))
+    return modules
+
+
+def _fail_if_the_test_extra_is_broken(report) -> None:
+    """Under ``CI=true``, a skip because a package of the ``test`` extra does not import
+    (``pytest.importorskip``) is a failure: a broken install must not pass as a green run."""
+    if not (report.skipped and os.environ.get("CI") == "true" and isinstance(report.longrepr, tuple)):
+        return
+    found = MISSING.search(str(report.longrepr[2]))
+    if found and found.group(1).partition(".")[0] in _test_extra_modules():
+        report.outcome = "failed"
+        report.longrepr = f"{report.longrepr[2]}: the test extra installs it, and under CI=true it must import"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    _fail_if_the_test_extra_is_broken(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    _fail_if_the_test_extra_is_broken(outcome.get_result())  # a module-level importorskip
