@@ -265,3 +265,62 @@ def test_progress_reports_reach_host_sinks():
     timesteps = [int(report["timesteps"]) for report in seen]
     assert len(timesteps) == 3 and timesteps[-1] == int(out.state.timesteps)
     assert timesteps == sorted(timesteps)
+
+
+# ----------------------------------------------------------------------------- the loss against NumPy
+
+
+def numpy_ppo_loss(logits, value, batch, config):
+    """PPO's loss written out in NumPy (float64) from the network's outputs on the batch:
+    the clipped surrogate, the (clipped) value loss, the entropy bonus, each a mean over
+    the valid rows, with advantages standardised over the valid rows."""
+    log_p = logits - logits.max(-1, keepdims=True)
+    log_p = log_p - np.log(np.exp(log_p).sum(-1, keepdims=True))
+    valid = batch["valid"]
+    mean = lambda x: x[valid].mean()  # noqa: E731
+    ratio = np.exp(log_p[np.arange(len(valid)), batch["action"]] - batch["log_prob"])
+    advantage = batch["advantage"]  # standardised: PPO always does (PureJaxRL, CleanRL)
+    advantage = (advantage - mean(advantage)) / (np.sqrt(mean((advantage - mean(advantage)) ** 2)) + 1e-8)
+    eps = config.clip_eps
+    policy_loss = -mean(np.minimum(ratio * advantage, np.clip(ratio, 1 - eps, 1 + eps) * advantage))
+    value_error = (value - batch["target"]) ** 2
+    if config.clip_value_loss:
+        clipped = batch["value"] + np.clip(value - batch["value"], -eps, eps)
+        value_error = np.maximum(value_error, (clipped - batch["target"]) ** 2)
+    value_loss = 0.5 * mean(value_error)
+    entropy = mean(-(np.exp(log_p) * log_p).sum(-1))
+    loss = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
+    return loss, {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy}
+
+
+@pytest.mark.parametrize("clip_value", [True, False])
+def test_the_loss_equals_a_numpy_formula_on_random_batches(clip_value):
+    """Random minibatches whose old log-probabilities put the ratio on both sides of
+    the clip range, old values on both sides of the value clip, and padding rows
+    (``valid = False``) that no term may count."""
+    config = SMALL.replace(clip_value_loss=clip_value, ent_coef=0.03, vf_coef=0.7)
+    params = ppo.init(jax.random.key(0), config).params
+    rng = np.random.default_rng(1)
+    rows = 64
+    obs = rng.normal(size=(rows, 4)).astype(np.float32)
+    distribution, value = ppo.minibatch_policy_and_value(params, {"obs": obs}, config)
+    logits, value = np.asarray(distribution.logits, np.float64), np.asarray(value, np.float64)
+    action = rng.integers(0, 2, rows)
+    current = np.log(np.exp(logits) / np.exp(logits).sum(-1, keepdims=True))[np.arange(rows), action]
+    batch = {
+        "obs": obs,
+        "action": action.astype(np.int32),
+        "log_prob": (current + rng.normal(scale=0.5, size=rows)).astype(np.float32),  # ratios well outside 1 +- 0.2
+        "value": (value + rng.normal(scale=0.5, size=rows)).astype(np.float32),
+        "advantage": rng.normal(loc=0.3, scale=2.0, size=rows).astype(np.float32),
+        "target": (value + rng.normal(size=rows)).astype(np.float32),
+        "valid": rng.random(rows) < 0.8,
+    }
+    batch["advantage"][~batch["valid"]] = 1e3  # padding: huge values that would show if counted
+    loss, metrics = ppo.loss_fn(params["network"], params["obs_stats"], batch, config)
+    expected, expected_metrics = numpy_ppo_loss(logits, value, {k: np.asarray(v) for k, v in batch.items()}, config)
+    np.testing.assert_allclose(float(loss), expected, rtol=1e-5, atol=1e-6)
+    for name, value in expected_metrics.items():
+        np.testing.assert_allclose(float(metrics[name]), value, rtol=1e-5, atol=1e-6, err_msg=name)
+    ratio = np.exp(current - batch["log_prob"])[batch["valid"]]
+    assert (ratio > 1.2).any() and (ratio < 0.8).any()  # both sides of the clip are exercised
