@@ -142,7 +142,9 @@ def test_sigterm_stops_after_the_chunk_in_flight_with_a_checkpoint_and_resume_is
     (said,) = [line for line in err.splitlines() if "stopped by SIGTERM" in line]
     assert said.startswith("jaxrl: ppo stopped by SIGTERM after iteration ") and "continue with --resume" in said
     stopped_at = int(said.split("after iteration ")[1].split(" ")[0].replace(",", ""))
-    assert checkpoint_steps(logdir)[-1] == stopped_at > max(seen)  # the chunk in flight, saved
+    # The chunk in flight, saved; or, where the signal came as the second checkpoint was
+    # still being finished, no chunk was in flight and that checkpoint holds the run.
+    assert checkpoint_steps(logdir)[-1] == stopped_at >= max(seen)
     assert stopped_at < 100  # stopped, not finished
 
     python_m_jaxrl([*command, "--resume"], cache_dir)
@@ -173,7 +175,9 @@ def test_a_second_sigterm_during_the_save_ends_the_process_at_once(straight, cac
     process = patched_jaxrl(BLOCKING_SAVE, command, cache_dir, tmp_path)
     seen = wait_for_checkpoints(logdir, 2, process)
     process.send_signal(signal.SIGTERM)
-    assert process.stderr.readline().decode().strip() == "blocked in a save"  # the stop's own save
+    while (line := process.stderr.readline().decode()) and line.strip() != "blocked in a save":
+        pass  # until the stop's own save blocks
+    assert line.strip() == "blocked in a save"
     process.send_signal(signal.SIGTERM)
     status, err = finish(process, timeout=20)
     assert status == -signal.SIGTERM, err[-3000:]  # killed by the signal, not after the sleep
@@ -239,6 +243,16 @@ def test_ctrl_c_in_a_notebook_saves_then_raises_keyboard_interrupt(straight_in_p
     for a, b in zip(leaves(resumed.state), leaves(straight_result.state), strict=True):
         np.testing.assert_array_equal(a, b)
     assert (logdir / "metrics.csv").read_text() == (straight_dir / "metrics.csv").read_text()
+
+
+def test_ctrl_c_in_the_last_chunk_still_stops_the_caller(straight_in_process, tmp_path, capsys):
+    """The run finishes and saves as usual, and then raises all the same: a loop over
+    runs in a script or a notebook must not go on to its next run."""
+    with pytest.raises(stopping.Interrupted) as raised:
+        run_in_process(tmp_path / "run", loggers=("csv", CtrlC(at=4)))
+    assert raised.value.iteration == raised.value.checkpoint == 4 * CHUNK
+    assert "after iteration 16 of 16; the run had finished" in capsys.readouterr().err
+    assert Checkpoints(tmp_path / "run" / "checkpoints").latest_step() == 4 * CHUNK
 
 
 def test_ctrl_c_without_checkpoints_says_nothing_was_kept(tmp_path, capsys):
@@ -360,3 +374,17 @@ def test_shared_caches_are_safe_and_damaged_entries_are_recompiled(straight, tmp
     err = python_m_jaxrl([*TRAIN, "--logdir", str(again)], cache)
     assert "Error reading persistent compilation cache entry" in err  # JAX's: read, refused, recompiled
     assert_same_run(again, straight["train"])
+
+
+def test_entries_of_an_unbounded_cache_get_the_access_times_a_bounded_one_reads(tmp_path):
+    """JAX's bounded cache reads ``<key>-atime`` beside every ``<key>-cache`` it holds
+    when it writes; the command line bounds a cache an older jaxrl (or another process)
+    filled unbounded, and gives its entries one."""
+    from jaxrl.workflow import cli
+
+    (tmp_path / "old-cache").write_bytes(b"entry")
+    (tmp_path / "new-cache").write_bytes(b"entry")
+    (tmp_path / "new-atime").write_bytes((7).to_bytes(8, "little"))
+    cli._give_entries_access_times(str(tmp_path))
+    assert int.from_bytes((tmp_path / "old-atime").read_bytes(), "little") > 0
+    assert (tmp_path / "new-atime").read_bytes() == (7).to_bytes(8, "little")  # kept

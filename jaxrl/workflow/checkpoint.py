@@ -241,7 +241,7 @@ class Checkpoints:
         metrics = None if eval_return is None else {"eval_return": float(eval_return)}
         step = int(step)
         if step in self.steps():  # a damaged step a resume skipped: this run writes it again
-            self._manager.delete(step)
+            self.remove(step)
         writers = set(threading.enumerate())
         try:
             with _orbax_errors_held():
@@ -254,22 +254,31 @@ class Checkpoints:
                     for thread in set(threading.enumerate()) - writers:
                         thread.join(timeout=60)
                     raise
-            self._write_checksums(step)
-        except Exception as error:  # noqa: BLE001 - a writer's failure, whatever orbax wraps it in
+        except Exception as error:
             self._discard(step)
+            if not _failed_write(error):  # not the disk's doing: a bug to see whole
+                raise
             earlier = [s for s in self.steps() if s != step]
             raise CheckpointSaveError(
                 f"could not save checkpoint {step} in {self.directory} ({type(error).__name__}: {error}); "
                 f"the checkpoints before it are intact (steps {earlier or 'none'})"
-            ) from None
+            ) from error
+        try:
+            self._write_checksums(step)
+        except OSError as error:  # the step itself is whole: kept, to be read unchecked
+            raise CheckpointSaveError(
+                f"saved checkpoint {step} in {self.directory} but not its checksums ({error}); "
+                f"it is kept and will be read unchecked"
+            ) from error
+
+    def remove(self, step: int) -> None:
+        """Delete ``step`` (a damaged one a resume skipped, which the run writes again)."""
+        self._manager.delete(step)
 
     def _discard(self, step: int) -> None:
-        """Remove what a failed save of ``step`` left: its temporary directory, or the
-        step itself if orbax finished it but its checksums were not written."""
+        """Remove what a failed save of ``step`` left: its temporary directory."""
         with contextlib.suppress(Exception):
             self._manager.reload()
-            if step in self._manager.all_steps():
-                self._manager.delete(step)
         for name in os.listdir(self.directory):
             if name.startswith(f"{step}.orbax-checkpoint-tmp"):
                 shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
@@ -345,6 +354,12 @@ class Checkpoints:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _failed_write(error: Exception) -> bool:
+    """A writer's failure (a full disk, a quota, an I/O error), as Python's ``OSError`` or
+    as the ``ValueError`` tensorstore raises for one (naming the OS error code)."""
+    return isinstance(error, OSError) or "os_error_code" in str(error) or "Error writing" in str(error)
 
 
 def _sha256(path: str) -> str:

@@ -21,11 +21,14 @@ checkpoints, or a second signal ended the process at once
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import errno
 import json
 import math
 import os
 import sys
+import time
 
 from jaxrl.workflow import stopping
 
@@ -668,6 +671,20 @@ def _use_compilation_cache(args) -> None:
         jax.config.update("jax_compilation_cache_dir", cache_dir)
         if jax.config.jax_compilation_cache_max_size == -1:  # unbounded, unlocked: JAX's default
             jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
+            _give_entries_access_times(cache_dir)
+
+
+def _give_entries_access_times(cache_dir: str) -> None:
+    """JAX's bounded cache reads an access-time file (``<key>-atime``) beside every entry
+    (``<key>-cache``) each time it writes one; entries an unbounded cache wrote (jaxrl
+    before it bounded the cache, or a process sharing the directory) have none, and every
+    write would fail. They get one, dated now."""
+    with contextlib.suppress(OSError), os.scandir(cache_dir) as entries:
+        for entry in entries:
+            atime = os.path.join(cache_dir, entry.name.removesuffix("-cache") + "-atime")
+            if entry.name.endswith("-cache") and not os.path.exists(atime):
+                with contextlib.suppress(OSError), open(atime, "xb") as f:
+                    f.write(time.time_ns().to_bytes(8, "little"))
 
 
 def plot_command(args) -> int:
@@ -878,7 +895,9 @@ def main(argv=None) -> int:
 
 
 def _failed_while_running(error: BaseException) -> bool:
-    """A failure of the run's own writing (a checkpoint a full disk cut short), not of its input."""
+    """A failure of the run's own writing (a checkpoint or a log a full disk cut short),
+    not of its input."""
     from jaxrl.workflow.checkpoint import CheckpointSaveError
 
-    return isinstance(error, CheckpointSaveError)
+    no_room = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+    return isinstance(error, CheckpointSaveError) or (isinstance(error, OSError) and error.errno in no_room)

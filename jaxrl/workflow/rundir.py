@@ -80,9 +80,11 @@ class RunDir:
         host envs saved with it, or None)."""
         if not self.resume or self.checkpoints is None or self.checkpoints.latest_step() is None:
             return None
-        # The newest checkpoint that reads whole; damaged ones after it are written again.
-        tree, history, saved = self.checkpoints.restore(template, expect_meta=self.meta)
-        return tree, int(saved["step"]), history, self.checkpoints.host_envs(int(saved["step"]))
+        tree, history, saved = self.checkpoints.restore(template, expect_meta=self.meta)  # the newest whole one
+        step = int(saved["step"])
+        for damaged in [s for s in self.checkpoints.steps() if s > step]:  # skipped: the run writes them anew
+            self.checkpoints.remove(damaged)
+        return tree, step, history, self.checkpoints.host_envs(step)
 
     def wants_checkpoint(self, chunks_run: int, last: bool) -> bool:
         return self.checkpoint_every is not None and (chunks_run % self.checkpoint_every == 0 or last)

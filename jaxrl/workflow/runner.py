@@ -301,6 +301,7 @@ def drive(
                 start = time.perf_counter()
                 chunk = driven.chunk(tree, length)
                 compile_seconds += time.perf_counter() - start
+                signals.agree()
                 if signals.received is not None:  # it came while compiling: nothing more has run
                     break
                 start = time.perf_counter()
@@ -326,11 +327,12 @@ def drive(
                         }
                     )
                 stopped_early = target is not None and target.reached(history)
+                signals.agree()
                 last = stopped_early or completed >= driven.num_iterations or signals.received is not None
                 if directory and directory.wants_checkpoint(chunks_run, last):
                     save(tree, rows)
                     saved_at = completed
-        if signals.received is not None and completed < driven.num_iterations and not stopped_early:
+        if signals.received is not None:  # even after the last chunk: the caller must stop too
             if keeps_checkpoints and saved_at < completed:  # it came while compiling, after a chunk not saved
                 save(tree, rows)
             checkpoint_dir = directory.checkpoints.directory if keeps_checkpoints else None

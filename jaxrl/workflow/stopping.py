@@ -20,6 +20,8 @@ import signal
 import sys
 import threading
 
+import numpy as np
+
 # sysexits' EX_TEMPFAIL ("try again later"): the run stopped with a checkpoint and resumes.
 EXIT_STOPPED = 75
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -32,14 +34,15 @@ class Stopped(BaseException):
       signal: the signal's number.
       iteration: the iterations the run completed.
       checkpoint: the iteration of the checkpoint that holds the run's progress (equal
-        to ``iteration``), or None where the run keeps no checkpoints.
-      exit_status: :data:`EXIT_STOPPED` with a checkpoint, ``128 + signal`` without.
+        to ``iteration``), or None where the run keeps no checkpoints or nothing had run.
+      exit_status: :data:`EXIT_STOPPED` where a resume continues the run (it keeps
+        checkpoints), ``128 + signal`` where nothing was kept.
     """
 
-    def __init__(self, message: str, signum: int, iteration: int, checkpoint: int | None):
+    def __init__(self, message: str, signum: int, iteration: int, checkpoint: int | None, resumable: bool):
         super().__init__(message)
         self.signal, self.iteration, self.checkpoint = signum, iteration, checkpoint
-        self.exit_status = EXIT_STOPPED if checkpoint is not None else 128 + signum
+        self.exit_status = EXIT_STOPPED if resumable else 128 + signum
 
 
 class Interrupted(Stopped, KeyboardInterrupt):
@@ -89,11 +92,27 @@ class StopSignals:
         """The exception for a run stopped at ``iteration`` of ``total``, its progress
         checkpointed in ``checkpoint_dir`` (None: not kept), after one line on stderr."""
         signame = signal.Signals(self.received).name
-        if checkpoint_dir is not None:
-            kept = f"checkpoint in {checkpoint_dir}: continue with --resume (resume=True)"
-        else:
+        if checkpoint_dir is None:
             kept = "no checkpoint kept (checkpoint_every / --checkpoint-every keeps one)"
+        elif iteration == 0:
+            kept = "nothing had run yet: --resume (resume=True) starts afresh"
+        elif iteration == total:
+            kept = f"the run had finished; its last checkpoint is in {checkpoint_dir}"
+        else:
+            kept = f"checkpoint in {checkpoint_dir}: continue with --resume (resume=True)"
         message = f"{name} stopped by {signame} after iteration {iteration:,} of {total:,}; {kept}"
         print(f"jaxrl: {message}", file=sys.stderr, flush=True)
         cls = Interrupted if self.received == signal.SIGINT else Terminated
-        return cls(message, self.received, iteration, iteration if checkpoint_dir is not None else None)
+        kept_at = iteration if checkpoint_dir is not None and iteration > 0 else None
+        return cls(message, self.received, iteration, kept_at, checkpoint_dir is not None)
+
+    def agree(self) -> None:
+        """In a run of several processes, stop all of them if any got a signal (each
+        chunk is a collective: one process stopping alone would leave the others waiting)."""
+        import jax
+
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            received = int(np.max(multihost_utils.process_allgather(np.int32(self.received or 0))))
+            self.received = received or None
