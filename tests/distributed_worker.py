@@ -7,6 +7,8 @@ localhost. Each writes what the tests check to ``OUT.npz`` (arrays) and ``OUT.js
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 
 from jaxrl.workflow import distributed
@@ -22,7 +24,7 @@ from flax import struct  # noqa: E402
 from jaxrl import loop  # noqa: E402
 from jaxrl.algorithms import ppo  # noqa: E402
 from jaxrl.types import TrainOutput  # noqa: E402
-from jaxrl.workflow import runner  # noqa: E402
+from jaxrl.workflow import runner, stopping  # noqa: E402
 from jaxrl.workflow.options import RunOptions  # noqa: E402
 
 # 16 iterations of 8 envs x 16 steps; one evaluation, at the end.
@@ -140,6 +142,32 @@ def bad_input(keys) -> dict:
     }
 
 
+class SigtermOnTheFirstProcess:
+    """A logger that sends process 0 (only) SIGTERM as the first chunk is logged."""
+
+    def write(self, step, rows):
+        if jax.process_index() == 0 and not hasattr(self, "sent"):
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def truncate(self, *args):
+        pass
+
+    def close(self):
+        pass
+
+
+def stopped_together() -> int:
+    """The iteration a run over both processes' devices stops at when only process 0
+    gets a SIGTERM (-1 if it does not stop); the other would hang alone in the next chunk."""
+    options = RunOptions(mesh=distributed.make_mesh(), loggers=(SigtermOnTheFirstProcess(),))
+    try:
+        runner.run("ppo", CONFIG, seeds=2, chunk_iterations=4, options=options)
+    except stopping.Terminated as stopped:
+        return stopped.iteration
+    return -1
+
+
 def in_process() -> tuple[dict, dict]:
     """One run data parallel over the two processes' devices, and lanes split over them.
     (That data parallelism gives the unsharded run's results is checked on 4 devices in
@@ -156,6 +184,7 @@ def in_process() -> tuple[dict, dict]:
         "devices": jax.device_count(),
         "local_devices": jax.local_device_count(),
         "dp_obs": shards(data_parallel.state.obs),
+        "stopped_at": stopped_together(),
     }
     return arrays, facts
 

@@ -151,6 +151,7 @@ def test_two_processes_train_data_parallel_and_agree(tmp_path):
     (first, first_facts), (second, second_facts) = load(outs[0]), load(outs[1])
     for facts in (first_facts, second_facts):
         assert (facts["process_count"], facts["devices"], facts["local_devices"]) == (2, 2, 1)
+        assert facts["stopped_at"] == 4  # a SIGTERM to one process stops both after the chunk in flight
         # each process steps 4 of the 8 envs
         assert facts["dp_obs"]["spec"] == "P('devices',)" and facts["dp_obs"]["shapes"] == [[4, 4]]
     # both processes hold the same params and metrics (bit for bit)
