@@ -382,3 +382,61 @@ def test_moved_helpers_warn_and_name_their_new_place():
     with pytest.warns(DeprecationWarning, match="reinforce.first_episode_mask"):
         mask = a2c.first_episode_mask(trajectory)
     np.testing.assert_array_equal(mask, reinforce.first_episode_mask(trajectory))
+
+
+# ----------------------------------------------------------------------------- the loss against NumPy
+
+
+def numpy_a2c_loss(logits, value, value_next, trajectory, config):
+    """A2C's loss written out in NumPy (float64) from the network's outputs: GAE by a
+    backward loop (bootstrapping through truncation, not termination), the advantages
+    standardised over the valid steps with ``normalize_advantages``, and each term a
+    mean over the valid steps."""
+    reward, terminated, truncated = (
+        np.asarray(x) for x in (trajectory.reward, trajectory.terminated, trajectory.truncated)
+    )
+    T = reward.shape[0]
+    advantage = np.zeros_like(value)
+    following = np.zeros_like(value[0])
+    for t in reversed(range(T)):
+        delta = reward[t] + config.gamma * (1 - terminated[t]) * value_next[t] - value[t]
+        following = delta + config.gamma * config.gae_lambda * (1 - (terminated[t] | truncated[t])) * following
+        advantage[t] = following
+    target = advantage + value
+    valid = np.asarray(trajectory.valid)
+    mean = lambda x: x[valid].mean()  # noqa: E731
+    if config.normalize_advantages:
+        advantage = (advantage - mean(advantage)) / (np.sqrt(mean((advantage - mean(advantage)) ** 2)) + 1e-8)
+    log_p = logits - logits.max(-1, keepdims=True)
+    log_p = log_p - np.log(np.exp(log_p).sum(-1, keepdims=True))
+    action = np.asarray(trajectory.action)
+    log_prob = np.take_along_axis(log_p, action[..., None], -1)[..., 0]
+    policy_loss = -mean(log_prob * advantage)
+    value_loss = 0.5 * mean((value - target) ** 2)
+    entropy = mean(-(np.exp(log_p) * log_p).sum(-1))
+    loss = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
+    return loss, {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy}
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_the_loss_equals_a_numpy_formula_on_random_trajectories(normalize):
+    """Random trajectories with terminations and truncations mid-rollout and at its end,
+    random actions, and padding steps (``valid = False``) that no mean may count."""
+    config = SMALL.replace(normalize_advantages=normalize, ent_coef=0.02, vf_coef=0.6, gae_lambda=0.9)
+    params = a2c.init(jax.random.key(0), config).params
+    trajectory, _, value_next, _ = random_trajectory(5)
+    rng = np.random.default_rng(6)
+    valid = rng.random(trajectory.reward.shape) < 0.8
+    trajectory = trajectory.replace(action=rng.integers(0, 2, trajectory.reward.shape).astype(np.int32), valid=valid)
+    distribution, value = onpolicy.trajectory_policy_and_value(params, trajectory, config)
+    loss, metrics = a2c.loss_fn(params["network"], params["obs_stats"], trajectory, value_next, config)
+    expected, expected_metrics = numpy_a2c_loss(
+        np.asarray(distribution.logits, np.float64),
+        np.asarray(value, np.float64),
+        np.asarray(value_next, np.float64),
+        trajectory,
+        config,
+    )
+    np.testing.assert_allclose(float(loss), expected, rtol=1e-5, atol=1e-6)
+    for name, number in expected_metrics.items():
+        np.testing.assert_allclose(float(metrics[name]), number, rtol=1e-5, atol=1e-6, err_msg=name)
