@@ -86,6 +86,25 @@ def test_spec():
     assert envs.spec(*envs.make("CartPole-v1")).discrete  # Discrete keeps its own kind
 
 
+def test_uniformly_random_play_earns_the_stated_random_return():
+    """The threshold's yardstick, measured in the env: 4,000 episodes of uniformly random
+    choices average RANDOM_RETURN (~1.44 of 4; standard error about 0.01)."""
+    env, params = envs.make(ENV_ID)
+
+    def episode(key):
+        def body(state, key):
+            act_key, step_key = jax.random.split(key)
+            action = jax.random.randint(act_key, (len(NVEC),), 0, jnp.asarray(NVEC))
+            _, state, reward, *_ = env.step(step_key, state, action, params)
+            return state, reward
+
+        reset_key, key = jax.random.split(key)
+        return jax.lax.scan(body, env.reset(reset_key, params)[1], jax.random.split(key, EPISODE))[1].sum()
+
+    returns = jax.jit(jax.vmap(episode))(jax.random.split(jax.random.key(0), 4000))
+    assert float(returns.mean()) == pytest.approx(RANDOM_RETURN, abs=0.05)
+
+
 SMALL = dict(
     env_id=ENV_ID, num_envs=4, num_steps=8, total_timesteps=64, hidden_sizes=(16,), num_minibatches=2, num_reports=0
 )
@@ -183,12 +202,12 @@ def impala_out():
     return config, run(impala, config)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["ppo_out", "impala_out"])
 def test_learns_every_choice(name, request):
     _, out = request.getfixturevalue(name)
     final = out.metrics["eval_return"][:, -1]
     assert np.sum(final >= THRESHOLD) >= 2, final
-    assert RANDOM_RETURN < 1.45
     # The entropy starts at the uniform policy's, the sum over choices of log(nvec[i]).
     entropy = out.metrics["entropy"]
     np.testing.assert_allclose(entropy[:, 0], np.sum(np.log(NVEC)), rtol=0.05)

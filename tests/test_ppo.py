@@ -129,12 +129,24 @@ def test_policy_and_value_moved_to_onpolicy(small_run):
 
 
 def test_update_is_usable_on_its_own():
-    """``step`` is collect + update: calling the pieces by hand gives the same state."""
-    config = SMALL
+    """``step`` is collect + update (+ the observation statistics): calling the pieces
+    by hand, with the keys ``step`` splits, gives the same state."""
+    config = SMALL.replace(normalize_observations=True)
     state = ppo.init(jax.random.key(0), config)
     stepped, metrics = jax.jit(ppo.step, static_argnames="config")(state, jax.random.key(1), config)
     assert set(metrics) >= {"policy_loss", "value_loss", "episode_return", "timesteps"}
     assert int(stepped.timesteps) == config.num_envs * config.num_steps
+
+    def by_hand(state, key):
+        collect_key, update_key = jax.random.split(key)
+        state, trajectory = onpolicy.collect_latest(state, collect_key, config)
+        state, _ = ppo.update(state, trajectory, update_key, config)
+        return onpolicy.update_obs_stats(state, trajectory, config)
+
+    pieces = jax.jit(by_hand)(state, jax.random.key(1))
+    raw = lambda x: jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x  # noqa: E731
+    for a, b in zip(jax.tree.leaves(stepped), jax.tree.leaves(pieces), strict=True):
+        np.testing.assert_allclose(raw(a), raw(b), rtol=1e-6, atol=1e-7)  # params, optimiser, envs, statistics, keys
     changed = jax.tree.map(lambda a, b: not np.allclose(a, b), state.params["network"], stepped.params["network"])
     assert any(jax.tree.leaves(changed))
 
