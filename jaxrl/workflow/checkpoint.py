@@ -29,6 +29,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 import uuid
 import warnings
 from typing import Any
@@ -135,6 +136,7 @@ class Checkpoints:
             "host_envs": ocp.StandardCheckpointHandler(),
         }
         self._manager = ocp.CheckpointManager(self.directory, options=options, item_handlers=handlers)
+        self._failed = False  # a save failed: CheckpointSaveError said so
 
     def _step_dir(self, step: int) -> str:
         return os.path.join(self.directory, str(int(step)))
@@ -249,12 +251,17 @@ class Checkpoints:
                     self._manager.save(step, args=ocp.args.Composite(**items), metrics=metrics, force=True)
                     self._manager.wait_until_finished()
                 except Exception:
-                    # orbax raises at the first failed write while its other writers go on:
-                    # wait for them, so that nothing is written after the cleanup below.
-                    for thread in set(threading.enumerate()) - writers:
-                        thread.join(timeout=60)
+                    # orbax raises at the first failed write while its other writers go on
+                    # (and start others): wait for them all, so that nothing is written or
+                    # logged after the cleanup below.
+                    deadline = time.monotonic() + 60
+                    while (running := set(threading.enumerate()) - writers) and time.monotonic() < deadline:
+                        for thread in running:
+                            thread.join(timeout=max(0.0, deadline - time.monotonic()))
                     raise
         except Exception as error:
+            self._failed = True  # close() then holds back what orbax logs of it again
+            _drop_reports_of_abandoned_writers()
             self._discard(step)
             if not _failed_write(error):  # not the disk's doing: a bug to see whole
                 raise
@@ -347,7 +354,11 @@ class Checkpoints:
         return np.asarray(restored.host_envs["pickle"]).tobytes()
 
     def close(self) -> None:
-        self._manager.close()
+        if not self._failed:
+            self._manager.close()
+            return
+        with _orbax_errors_held(replay=False), contextlib.suppress(Exception):  # the failed save, told already
+            self._manager.close()
 
     def __enter__(self):
         return self
@@ -370,11 +381,27 @@ def _sha256(path: str) -> str:
     return digest.hexdigest()
 
 
+class _AbandonedWriters(logging.Filter):
+    """orbax's report of a writer thread's failure (``_SignalingThread.run() raised an
+    exception``), which can come after the save that started it failed and jaxrl said so."""
+
+    def filter(self, record):
+        return "_SignalingThread.run() raised an exception" not in record.getMessage()
+
+
+def _drop_reports_of_abandoned_writers() -> None:
+    """After a failed save: orbax's writer threads may report it later still, from threads
+    no one can wait for; the one error is the :class:`CheckpointSaveError`."""
+    logger = logging.getLogger("absl")
+    if not any(isinstance(f, _AbandonedWriters) for f in logger.filters):
+        logger.addFilter(_AbandonedWriters())
+
+
 @contextlib.contextmanager
-def _orbax_errors_held():
+def _orbax_errors_held(replay: bool = True):
     """Hold back the tracebacks orbax logs from its writer threads while a save runs:
     a failed save is one :class:`CheckpointSaveError`; after a save that succeeds,
-    whatever was held is logged as it would have been."""
+    whatever was held is logged as it would have been (unless not ``replay``)."""
     held = []
 
     class Hold(logging.Filter):
@@ -388,5 +415,5 @@ def _orbax_errors_held():
         yield
     finally:
         logger.removeFilter(hold)
-    for record in held:  # reached only when the save succeeded
+    for record in held if replay else ():  # reached only when the save succeeded
         logger.handle(record)
