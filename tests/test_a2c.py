@@ -11,6 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from test_distributions import np_log_softmax
+from test_returns import oracle_gae
 
 from jaxrl import sweep_axes
 from jaxrl.algorithms import a2c, get, impala, onpolicy, reinforce
@@ -388,27 +390,33 @@ def test_moved_helpers_warn_and_name_their_new_place():
 
 
 def numpy_a2c_loss(logits, value, value_next, trajectory, config):
-    """A2C's loss written out in NumPy (float64) from the network's outputs: GAE by a
-    backward loop (bootstrapping through truncation, not termination), the advantages
+    """A2C's loss written out in NumPy (float64) from the network's outputs: GAE by
+    test_returns' backward loop per env (bootstrapping through truncation, not
+    termination), the advantages
     standardised over the valid steps with ``normalize_advantages``, and each term a
     mean over the valid steps."""
     reward, terminated, truncated = (
         np.asarray(x) for x in (trajectory.reward, trajectory.terminated, trajectory.truncated)
     )
-    T = reward.shape[0]
-    advantage = np.zeros_like(value)
-    following = np.zeros_like(value[0])
-    for t in reversed(range(T)):
-        delta = reward[t] + config.gamma * (1 - terminated[t]) * value_next[t] - value[t]
-        following = delta + config.gamma * config.gae_lambda * (1 - (terminated[t] | truncated[t])) * following
-        advantage[t] = following
+    gae = [
+        oracle_gae(
+            reward[:, n],
+            value[:, n],
+            value_next[:, n],
+            terminated[:, n],
+            truncated[:, n],
+            config.gamma,
+            config.gae_lambda,
+        )
+        for n in range(reward.shape[1])
+    ]
+    advantage = np.stack(gae, axis=1)
     target = advantage + value
     valid = np.asarray(trajectory.valid)
     mean = lambda x: x[valid].mean()  # noqa: E731
     if config.normalize_advantages:
         advantage = (advantage - mean(advantage)) / (np.sqrt(mean((advantage - mean(advantage)) ** 2)) + 1e-8)
-    log_p = logits - logits.max(-1, keepdims=True)
-    log_p = log_p - np.log(np.exp(log_p).sum(-1, keepdims=True))
+    log_p = np_log_softmax(logits)
     action = np.asarray(trajectory.action)
     log_prob = np.take_along_axis(log_p, action[..., None], -1)[..., 0]
     policy_loss = -mean(log_prob * advantage)

@@ -17,10 +17,10 @@ import sys
 import textwrap
 import time
 
-import jax
 import numpy as np
 import pytest
 from filelock import FileLock
+from test_runner import leaves
 
 from jaxrl.algorithms import ppo
 from jaxrl.workflow import runner, saved, stopping
@@ -92,13 +92,6 @@ def wait_for_checkpoints(logdir, count: int, process: subprocess.Popen) -> list[
         assert time.monotonic() < deadline
         time.sleep(0.01)
     return steps
-
-
-def leaves(tree):
-    return [
-        np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
-        for x in jax.tree.leaves(tree)
-    ]
 
 
 def assert_same_run(logdir, straight_dir):

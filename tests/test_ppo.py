@@ -9,6 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_distributions import np_log_softmax
+from test_runner import leaves
 
 from jaxrl import sweep_axes
 from jaxrl.algorithms import get, onpolicy, ppo
@@ -144,9 +146,8 @@ def test_update_is_usable_on_its_own():
         return onpolicy.update_obs_stats(state, trajectory, config)
 
     pieces = jax.jit(by_hand)(state, jax.random.key(1))
-    raw = lambda x: jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x  # noqa: E731
-    for a, b in zip(jax.tree.leaves(stepped), jax.tree.leaves(pieces), strict=True):
-        np.testing.assert_allclose(raw(a), raw(b), rtol=1e-6, atol=1e-7)  # params, optimiser, envs, statistics, keys
+    for a, b in zip(leaves(stepped), leaves(pieces), strict=True):  # params, optimiser, envs, statistics, keys
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
     changed = jax.tree.map(lambda a, b: not np.allclose(a, b), state.params["network"], stepped.params["network"])
     assert any(jax.tree.leaves(changed))
 
@@ -286,8 +287,7 @@ def numpy_ppo_loss(logits, value, batch, config):
     """PPO's loss written out in NumPy (float64) from the network's outputs on the batch:
     the clipped surrogate, the (clipped) value loss, the entropy bonus, each a mean over
     the valid rows, with advantages standardised over the valid rows."""
-    log_p = logits - logits.max(-1, keepdims=True)
-    log_p = log_p - np.log(np.exp(log_p).sum(-1, keepdims=True))
+    log_p = np_log_softmax(logits)
     valid = batch["valid"]
     mean = lambda x: x[valid].mean()  # noqa: E731
     ratio = np.exp(log_p[np.arange(len(valid)), batch["action"]] - batch["log_prob"])
@@ -318,7 +318,7 @@ def test_the_loss_equals_a_numpy_formula_on_random_batches(clip_value):
     distribution, value = ppo.minibatch_policy_and_value(params, {"obs": obs}, config)
     logits, value = np.asarray(distribution.logits, np.float64), np.asarray(value, np.float64)
     action = rng.integers(0, 2, rows)
-    current = np.log(np.exp(logits) / np.exp(logits).sum(-1, keepdims=True))[np.arange(rows), action]
+    current = np_log_softmax(logits)[np.arange(rows), action]
     batch = {
         "obs": obs,
         "action": action.astype(np.int32),

@@ -209,12 +209,7 @@ class Checkpoints:
                 relative = os.path.relpath(path, step_dir)
                 if relative != CHECKSUMS:
                     files[relative] = (os.path.getsize(path), _sha256(path))
-        temporary = os.path.join(step_dir, f"{CHECKSUMS}.{uuid.uuid4().hex}.tmp")
-        with open(temporary, "w") as f:
-            json.dump({"algorithm": "sha256", "files": files}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, os.path.join(step_dir, CHECKSUMS))
+        write_json(os.path.join(step_dir, CHECKSUMS), {"algorithm": "sha256", "files": files})
 
     def save(
         self,
@@ -365,6 +360,17 @@ class Checkpoints:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def write_json(path: str, value) -> None:
+    """Write ``value`` as JSON atomically: a crash leaves the old file or the new one,
+    whole and on disk."""
+    temporary = f"{path}.{uuid.uuid4().hex}.tmp"
+    with open(temporary, "w") as f:
+        json.dump(value, f, indent=2, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temporary, path)
 
 
 def _failed_write(error: Exception) -> bool:

@@ -71,7 +71,9 @@ class RunDir:
         self.resume = resume
         os.makedirs(logdir, exist_ok=True)
         if not holds_run:
-            _write_json(run_json, {**meta, "jaxrl_version": _version()})
+            from jaxrl.workflow.checkpoint import write_json
+
+            write_json(run_json, {**meta, "jaxrl_version": _version()})
 
     def restore(self, template) -> tuple[Any, int, dict | None, bytes | None] | None:
         """``(tree, iterations, history, host_envs)`` from the newest checkpoint that
@@ -102,14 +104,6 @@ class RunDir:
     def close(self) -> None:
         if self.checkpoints is not None:
             self.checkpoints.close()
-
-
-def _write_json(path: str, value: dict) -> None:
-    """Atomically: a crash leaves the old file or the new one, whole."""
-    temporary = f"{path}.{os.getpid()}.tmp"
-    with open(temporary, "w") as f:
-        json.dump(value, f, indent=2, default=str)
-    os.replace(temporary, path)
 
 
 def _version() -> str:
