@@ -2,9 +2,15 @@ import os
 import pathlib
 import re
 
-import jax
-import pytest
-from jax.experimental.compilation_cache import compilation_cache
+# Most of the suite's time is XLA:CPU compiling small programs; LLVM at -O1 compiles them
+# in about 60% of the time at the same run time (benchmarks/investigations/xla_opt_level.py).
+# Set before JAX starts its backend; a level the user set wins; subprocesses inherit it.
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=1".strip()
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+from jax.experimental.compilation_cache import compilation_cache  # noqa: E402
 
 
 def pytest_collection_modifyitems(items):
@@ -21,6 +27,17 @@ def _private_compilation_cache_dir(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("JAXRL_CACHE_DIR", str(tmp_path_factory.mktemp("xla-cache")))
         yield
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _release_compiled_programs():
+    """XLA:CPU maps memory for each compiled kernel until JAX drops the executable, so a
+    worker that keeps every program of a thousand tests reaches the kernel's
+    ``vm.max_map_count`` (65530 maps); its next compile then fails to map memory and
+    XLA:CPU crashes (benchmarks/investigations/xla_compile_crash_stacks.md). Each test
+    module's programs are dropped when it ends."""
+    yield
+    jax.clear_caches()
 
 
 @pytest.fixture(autouse=True)

@@ -1,8 +1,9 @@
-"""The ``craftax:``, ``navix:`` and ``xminigrid:`` adapters (jaxrl.envs.craftax, .navix,
-.xminigrid): each checked step by step, over 2 seeds at once (``jax.vmap``), against the
-suite's own step from the same state and key, through random play that ends episodes both
-ways (the suite's own end, and the time limit ``max_steps_in_episode``); then spaces,
-errors, and PPO learning an xminigrid task. Each suite's tests skip without its package."""
+"""The ``craftax:`` and ``xminigrid:`` adapters (jaxrl.envs.craftax, .xminigrid; navix's
+are in tests/test_envs_navix.py): each checked step by step, over 2 seeds at once
+(``jax.vmap``), against the suite's own step from the same state and key, through random
+play that ends episodes both ways (the suite's own end, and the time limit
+``max_steps_in_episode``); then spaces, errors, and PPO learning an xminigrid task. Each
+suite's tests skip without its package."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import numpy as np
 import pytest
 
 from jaxrl import envs
+from jaxrl.envs import craftax as craftax_adapter
+from jaxrl.envs import xminigrid as xminigrid_adapter
 
 SEEDS = 2
 
@@ -117,66 +120,6 @@ def _check_bad_parameters(env_id: str, suite: str):
         envs.make(f"{suite}:Nope-v0")
 
 
-# --------------------------------------------------------------------------- navix
-
-
-@pytest.fixture(scope="module")
-def navix():
-    return pytest.importorskip("navix")
-
-
-def test_navix_steps_follow_navix(navix):
-    """Navix-Empty-Random-5x5-v0 with an 8-step limit, random turns and moves: every step
-    is NAVIX's own step from the same timestep (its observation, reward and state), its
-    TERMINATION step type is ``terminated`` and its TRUNCATION ``truncated`` (at exactly 8
-    steps), and a done step resets in place with NAVIX's reset from the step's key."""
-    env, params = envs.make("navix:Navix-Empty-Random-5x5-v0", max_steps_in_episode=8)
-    nav = env.navix_env
-    assert nav.max_steps == 8 and params.max_steps_in_episode == 8
-
-    @jax.jit
-    @jax.vmap
-    def suite_step(key, timestep, action):
-        out = nav.step(timestep, action)  # NAVIX's step: no reset, as the timestep is not done
-        return out.observation, out, out.reward, out.step_type == 2, out.step_type == 1
-
-    @jax.jit
-    @jax.vmap
-    def suite_reset(key):
-        timestep = nav.reset(_reset_key(key))
-        return timestep.observation, timestep
-
-    first_obs, lengths = _follow_suite(env, params, suite_step, suite_reset, 60, actions=[0, 1, 2, 2])
-    assert first_obs.shape == (SEEDS, 5, 5, 3) and first_obs.dtype == jnp.uint8
-    assert not np.array_equal(first_obs[0], first_obs[1])  # the start is random
-    assert lengths["truncated"] and set(lengths["truncated"]) == {8}
-    assert lengths["terminated"] and max(lengths["terminated"]) <= 8
-
-
-def test_navix_spaces(navix):
-    """The spaces are NAVIX's (uint8 grids in [0, 8], 7 actions), for each observation
-    function; they describe what ``reset`` returns."""
-    for observation in ("symbolic", "categorical", "symbolic_first_person", "rgb"):
-        env, params = envs.make("navix:Navix-DoorKey-5x5-v0", observation=observation)
-        space = env.observation_space(params)
-        obs, _ = jax.eval_shape(env.reset, jax.random.key(0), params)
-        assert (obs.shape, obs.dtype) == (tuple(space.shape), space.dtype), observation
-        nav_space = env.navix_env.observation_space
-        assert tuple(space.shape) == tuple(nav_space.shape) and space.dtype == jnp.dtype(nav_space.dtype)
-    env, params = envs.make("navix:Navix-Empty-5x5-v0")
-    assert env.observation_space(params).shape == (5, 5, 3) and np.max(env.observation_space(params).high) == 8
-    spec = envs.spec(env, params)
-    assert spec.discrete and spec.num_actions == 7 and spec.max_episode_steps == 100
-
-
-def test_navix_bad_ids_and_parameters(navix):
-    _check_bad_parameters("navix:Navix-Empty-5x5-v0", "navix")
-    with pytest.raises(ValueError, match="navix ids: Navix-Empty-5x5-v0"):
-        envs.make("navix:Navix-Empty-4x4-v0")
-    with pytest.raises(ValueError, match="unknown navix observation 'pixels'"):
-        envs.make("navix:Navix-Empty-5x5-v0", observation="pixels")
-
-
 # ----------------------------------------------------------------------- xminigrid
 
 
@@ -185,6 +128,7 @@ def xminigrid():
     return pytest.importorskip("xminigrid")
 
 
+@pytest.mark.slow
 def test_xminigrid_steps_follow_xminigrid(xminigrid):
     """MiniGrid-EmptyRandom-5x5 with an 8-step limit (so xminigrid's max_steps, the
     reward's scale, is 8 too), random turns and moves: every step is xminigrid's own step
@@ -218,7 +162,7 @@ def test_xminigrid_steps_follow_xminigrid(xminigrid):
 def test_xminigrid_spaces(xminigrid):
     """Every MiniGrid id: the observation space is what ``reset`` returns (uint8
     egocentric views), 6 actions; XLand ids are not offered."""
-    ids = envs.xminigrid.registered_ids()
+    ids = xminigrid_adapter.registered_ids()
     assert "MiniGrid-Empty-6x6" in ids and not any(i.startswith("XLand") for i in ids)
     for env_id in ids:
         env, params = envs.make(f"xminigrid:{env_id}")
@@ -251,6 +195,7 @@ def craftax():
     return pytest.importorskip("craftax")
 
 
+@pytest.mark.slow
 def test_craftax_steps_follow_craftax(craftax):
     """Craftax-Classic-Symbolic-v1 with a 6-step limit, random actions: every step is
     craftax's own ``step_env`` (with ``max_timesteps`` 6) from the same state with the
@@ -282,6 +227,7 @@ def test_craftax_steps_follow_craftax(craftax):
     assert lengths == {"terminated": [6], "truncated": [6, 6, 6]}
 
 
+@pytest.mark.slow
 def test_craftax_spaces(craftax):
     """Each id's observation space is what ``reset`` returns (float32 in [0, 1]). The
     pixel ids' ``reset`` is not traced: craftax builds its texture cache (minutes, into
@@ -292,7 +238,7 @@ def test_craftax_spaces(craftax):
         "Craftax-Pixels-v1": (130, 110, 3),
         "Craftax-Classic-Pixels-v1": (63, 63, 3),
     }
-    assert set(shapes) == set(envs.craftax.ENV_IDS)
+    assert set(shapes) == set(craftax_adapter.ENV_IDS)
     for env_id, shape in shapes.items():
         env, params = envs.make(f"craftax:{env_id}")
         space = env.observation_space(params)
