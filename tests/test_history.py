@@ -130,6 +130,7 @@ def check_against_reference(env_id, env_kwargs, k, stack_action, stack_reward, s
 # ----------------------------------------------------------------------------- FrameStack
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stack_action", [False, True])
 @pytest.mark.parametrize("stack_reward", [False, True])
 def test_frame_stack_cartpole_matches_reference(stack_action, stack_reward):
@@ -138,6 +139,7 @@ def test_frame_stack_cartpole_matches_reference(stack_action, stack_reward):
     assert terminated.any() and truncated.any()  # both kinds of episode end were checked
 
 
+@pytest.mark.slow
 def test_frame_stack_box_actions_match_reference():
     check_against_reference("Pendulum-v1", {"max_steps_in_episode": LIMIT}, 3, True, True, steps=20)
 
@@ -351,21 +353,29 @@ def test_register_a_prefix_for_a_whole_suite(registry):
 # ----------------------------------------------------------------------------- through algorithms and the CLI
 
 
-def test_masked_frame_stack_trains_with_ppo_and_dqn():
+@pytest.mark.slow
+def test_ppo_and_dqn_train_on_the_stacked_observation():
+    """Two frames of MaskedCartPole's 2 observations, each with the one-hot previous
+    action (2): both agents' first layers read 8 inputs, and training gives finite losses."""
     env_kwargs = {"frame_stack": 2, "stack_action": True}
-    config = ppo.Config(env_id="MaskedCartPole-v1", env_kwargs=env_kwargs, num_steps=8, **TINY)
+    tiny = {**TINY, "hidden_sizes": (16,)}
+    config = ppo.Config(env_id="MaskedCartPole-v1", env_kwargs=env_kwargs, num_steps=8, **tiny)
     assert envs.config_spec(config).obs_shape == (8,)
-    jax.block_until_ready(jax.jit(ppo.train)(jax.random.key(0), config))
+    ppo_out = jax.jit(ppo.train)(jax.random.key(0), config)
     config = dqn.Config(
         env_id="MaskedCartPole-v1",
         env_kwargs=env_kwargs,
-        **TINY,
+        **tiny,
         num_steps=1,
         batch_size=4,
         buffer_size=32,
         learning_starts=8,
     )
-    jax.block_until_ready(jax.jit(dqn.train)(jax.random.key(0), config))
+    dqn_out = jax.jit(dqn.train)(jax.random.key(0), config)
+    for out, loss in ((ppo_out, "value_loss"), (dqn_out, "loss")):
+        kernels = [leaf.shape for leaf in jax.tree.leaves(out.state.params) if leaf.ndim == 2]
+        assert (8, 16) in kernels and all(shape[0] in (8, 16) for shape in kernels), kernels
+        assert np.isfinite(np.asarray(out.metrics[loss])[-1])  # DQN reports NaN before learning starts
 
 
 def test_cli_env_params_reach_make():
