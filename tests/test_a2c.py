@@ -206,6 +206,7 @@ def test_metrics_and_determinism(train_small, small_run):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+@pytest.mark.slow
 def test_vmap_over_seeds_and_hyperparameters_compiles_once(train_small):
     keys = jax.random.split(jax.random.key(3), 2)
     configs = SMALL.replace(learning_rate=jnp.array([1e-3, 1e-2]), gae_lambda=jnp.array([0.9, 1.0]))
@@ -219,6 +220,7 @@ def test_vmap_over_seeds_and_hyperparameters_compiles_once(train_small):
             np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_the_update_on_flat_parameters_equals_a_per_leaf_update():
     """The optimiser steps on the network's parameters as one flat vector
     (``jaxrl.optim``). Two updates written here with optax on the parameter
@@ -251,6 +253,7 @@ def test_the_update_on_flat_parameters_equals_a_per_leaf_update():
     )
 
 
+@pytest.mark.slow
 def test_policy_lag_acts_with_the_params_of_k_updates_ago():
     config = impala.Config(
         num_envs=4, num_steps=8, total_timesteps=4 * 8 * 6, hidden_sizes=(16, 16), policy_lag=2, num_reports=0
@@ -274,6 +277,7 @@ def test_policy_lag_acts_with_the_params_of_k_updates_ago():
     assert kls[0] == pytest.approx(0.0, abs=1e-7) and kls[2] > 0 and kls[3] > 0
 
 
+@pytest.mark.slow
 def test_monte_carlo_reports_first_episodes_and_continuous_actions_work():
     config = reinforce.Config(
         env_id="Pendulum-v1",
@@ -426,6 +430,7 @@ def numpy_a2c_loss(logits, value, value_next, trajectory, config):
     return loss, {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("normalize", [False, True])
 def test_the_loss_equals_a_numpy_formula_on_random_trajectories(normalize):
     """Random trajectories with terminations and truncations mid-rollout and at its end,

@@ -22,6 +22,8 @@ from jaxrl.config import sweep_axes  # noqa: E402
 from jaxrl.workflow import cli, runner  # noqa: E402
 from jaxrl.workflow.options import RunOptions  # noqa: E402
 
+pytestmark = pytest.mark.slow  # compiles or runs whole training programs: see pyproject.toml
+
 SMALL = az.Config(
     num_games=4,
     num_steps=3,

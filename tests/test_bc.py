@@ -96,6 +96,7 @@ def perturbed_state(config, dataset, seed=0):
     return state.replace(params={**state.params, "network": network})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "env_id, loss",
     [("CartPole-v1", "mse"), ("Pendulum-v1", "mse"), ("Pendulum-v1", "gaussian")],
@@ -178,6 +179,7 @@ def test_same_key_same_result(train_small, small_run):
     assert not np.allclose(np.asarray(other.metrics["loss"]), np.asarray(small_run.metrics["loss"]))
 
 
+@pytest.mark.slow
 def test_vmap_over_seeds_and_learning_rates_compiles_once(train_small):
     """One program maps over seeds and learning rates together; each lane equals the
     separate run with its own key and rate, and new rates do not recompile."""
@@ -196,6 +198,7 @@ def test_vmap_over_seeds_and_learning_rates_compiles_once(train_small):
     assert train_small._cache_size() == programs
 
 
+@pytest.mark.slow
 def test_act_from_params_alone(small_run):
     params = small_run.state.params
     obs = jnp.zeros((5, 4))
@@ -206,6 +209,7 @@ def test_act_from_params_alone(small_run):
     np.testing.assert_array_equal(greedy, bc.act(params, obs, (), jax.random.key(2), SMALL, deterministic=True)[0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss", ["mse", "gaussian"])
 def test_continuous_actions_stay_in_bounds(loss):
     config = PENDULUM[loss]

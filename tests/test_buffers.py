@@ -757,6 +757,7 @@ def _vmapped_uniform(states, items, keys, gamma):
     return jax.vmap(one)(states, items, keys)
 
 
+@pytest.mark.slow
 def test_vmap_uniform_matches_unvmapped():
     rng = np.random.default_rng(5)
     a, _ = fill(20, 3)  # partly filled, cursor 3
@@ -791,6 +792,7 @@ def _vmapped_prioritized(states, items, keys, td, alpha, beta):
     return jax.vmap(one)(states, items, keys, td)
 
 
+@pytest.mark.slow
 def test_vmap_prioritized_matches_unvmapped():
     rng = np.random.default_rng(6)
     a = p_fill(30, 2)

@@ -64,6 +64,7 @@ def test_bad_input_is_one_line_and_exit_status_2(args, message, capsys):
     assert len(lines) == 1 and message in lines[0], stderr
 
 
+@pytest.mark.slow
 def test_python_m_jaxrl_exits_with_status_2_on_bad_input():
     result = run("train", "ppo", "--env", "CartPol-v1")
     assert result.returncode == 2 and "Traceback" not in result.stderr
@@ -71,6 +72,7 @@ def test_python_m_jaxrl_exits_with_status_2_on_bad_input():
     assert len(lines) == 1 and "Did you mean 'CartPole-v1'" in lines[0], result.stderr
 
 
+@pytest.mark.slow
 def test_tiny_training_run_prints_a_table(tmp_path):
     summary = tmp_path / "summary.json"
     result = run(

@@ -20,6 +20,8 @@ import pytest
 from jaxrl import data
 from jaxrl.workflow import cli, saved
 
+pytestmark = pytest.mark.slow  # compiles or runs whole training programs: see pyproject.toml
+
 SEEDS = 2
 # PPO on CartPole-v1: 64 iterations of 8 envs x 64 steps (16 per chunk, a checkpoint
 # after each), good enough (~250) to clone. Six evaluations, after iterations 11, 22,

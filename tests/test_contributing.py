@@ -11,6 +11,8 @@ import jax
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # compiles or runs whole training programs: see pyproject.toml
+
 EXAMPLES = pathlib.Path(__file__).parent.parent / "docs" / "examples"
 
 

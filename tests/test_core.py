@@ -101,6 +101,7 @@ def inputs(name: str) -> tuple:
     return (tiny_dataset(),) if name == "bc" else ()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", VARIANTS)
 def test_no_training_program_calls_lapack(name):
     """XLA:CPU runs a batched LAPACK call (orthogonal initialisation's QR, under vmap) by
@@ -113,6 +114,7 @@ def test_no_training_program_calls_lapack(name):
     assert "lapack" not in text.lower()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", VARIANTS)
 def test_forward_mode_differentiates_every_learner(name):
     """``jax.jvp`` of one iteration's metrics with respect to the parameters: every
@@ -197,6 +199,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_importing_every_jaxrl_module_changes_nothing_process_wide():
     """No XLA flag, JAX setting or module object of jaxrl's making in ``sys.modules``
     comes from importing every jaxrl module."""
@@ -235,6 +238,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_the_readme_rbg_opt_in_trains_and_resumes_exactly(tmp_path):
     """README's performance note: ``jax_default_prng_impl="unsafe_rbg"`` (keys of four
     words, not two) trains, checkpoints and resumes a replay-buffer run exactly."""

@@ -49,12 +49,14 @@ def test_every_algorithm_builds_its_heads_on_the_users_torso(name):
     assert not _module_paths(params, "MLP_"), name
 
 
+@pytest.mark.slow
 def test_bc_policy_on_the_users_torso():
     """BC's init needs a dataset (tests/test_bc.py): its policy network alone."""
     module = bc.make_network(bc.Config(network=custom_torsos.flat_residual))
     assert _module_paths(module.init(jax.random.key(0), jnp.zeros((2, 4))), "Residual")
 
 
+@pytest.mark.slow
 def test_each_network_has_its_own_copy():
     """PPO's actor and critic, SAC's actor and twin critics each hold their own weights;
     the critics read the torso's features beside the action."""
@@ -76,6 +78,7 @@ PPO_SMALL = dict(env_id="CartPole-v1", hidden_sizes=(16, 16), num_envs=4, num_st
 OFF_POLICY_SMALL = dict(hidden_sizes=(16, 16), learning_starts=64, buffer_size=256, total_timesteps=256)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "module, built_in, config",
     [
@@ -102,6 +105,7 @@ def test_the_built_in_network_given_as_a_users_trains_identically(module, built_
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_seeds_and_a_traced_learning_rate_compile_once():
     """SAC with a user's torso, vmapped over 2 seeds, for 2 learning rates as traced
     values: one compile; the learning rate reaches the update."""
@@ -125,6 +129,7 @@ def test_seeds_and_a_traced_learning_rate_compile_once():
     assert not all(np.array_equal(a, b) for a, b in zip(first, second))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "module, config",
     [
@@ -258,6 +263,7 @@ def cli_run(tmp_path_factory):
     return logdir
 
 
+@pytest.mark.slow
 def test_the_command_line_trains_resumes_and_evaluates_a_users_network(cli_run, tmp_path):
     """``--network custom_torsos:flat_residual`` trains (run.json names it); a copy that
     lost its last two checkpoints resumes to the same final state, bit for bit; the saved
@@ -289,6 +295,7 @@ def test_the_command_line_trains_resumes_and_evaluates_a_users_network(cli_run, 
     assert np.load(dataset)["obs"].shape[-1] == 4
 
 
+@pytest.mark.slow
 def test_a_sweep_over_a_users_torso():
     """Two learning rates x two seeds of PPO on a user's torso, lanes of one program."""
     config = ppo.Config(network=custom_torsos.Residual(width=8), **{**PPO_SMALL, "total_timesteps": 128})

@@ -112,6 +112,7 @@ def test_categories_get_no_observation_statistics():
     assert stats[0] is None and isinstance(stats[1], envs.RunningStats)
 
 
+@pytest.mark.slow
 def test_dqn_takes_one_hot_observations():
     config = dqn.Config(env_id=ENV_ID, num_envs=2, hidden_sizes=(8,), num_evals=0, num_reports=0)
     state = dqn.init(jax.random.key(0), config)

@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # compiles or runs whole training programs: see pyproject.toml
+
 ROOT = pathlib.Path(__file__).parent.parent
 
 pytest.importorskip("sphinx", reason="the docs extra is not installed (Sphinx 9 needs Python >= 3.11)")

@@ -124,6 +124,7 @@ def _diverged_params(config, key):
     return state.params["network"], target
 
 
+@pytest.mark.slow
 def test_double_dqn_targets_use_online_argmax_and_target_values():
     config = SMALL.replace(double=True, batch_size=64)
     online, target = _diverged_params(config, jax.random.key(1))
@@ -147,6 +148,7 @@ def test_double_dqn_targets_use_online_argmax_and_target_values():
     assert np.all(discount[truncated_only] > 0)
 
 
+@pytest.mark.slow
 def test_prioritized_weights_scale_the_loss_and_updates_set_priorities():
     config = SMALL.replace(prioritized=Prioritized(), head=value_heads.Scalar(loss="mse"))
     per = config.prioritized
@@ -190,6 +192,7 @@ def test_dueling_head_is_value_plus_centred_advantage():
     np.testing.assert_allclose(q, value + advantage - advantage.mean(-1, keepdims=True), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_noisy_dense_is_factorised_gaussian():
     layer = NoisyDense(3, sigma_init=0.5)
     x = jax.random.normal(jax.random.key(0), (6, 4))
@@ -218,6 +221,7 @@ def test_noisy_dense_is_factorised_gaussian():
     np.testing.assert_allclose(mean, np.asarray(x) @ p["w_mu"] + p["b_mu"], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_noisy_q_network_splits_one_draw_over_its_head_layers():
     network = QNetwork(num_actions=3, hidden_sizes=(8,), dueling=True, noisy=True, num_atoms=5)
     obs = jax.random.normal(jax.random.key(0), (4, 4))
@@ -282,6 +286,7 @@ def test_same_key_same_result(train_small, small_run):
     assert not np.allclose(np.asarray(other.metrics["loss"])[2:], np.asarray(small_run.metrics["loss"])[2:])
 
 
+@pytest.mark.slow
 def test_vmap_over_seeds_and_hyperparameters_compiles_once(train_small):
     """One program maps over seeds and traced hyper-parameters together (the parts'
     numbers too); each lane equals the separate run with its own key and values, and new

@@ -33,6 +33,7 @@ def pendulum():
     return env, params, jax.jit(env.reset), jax.jit(env.step)
 
 
+@pytest.mark.slow
 def test_steps_follow_brax_and_time_limits_truncate(pendulum):
     """From the same brax state, every step is brax's own step (obs, reward, done); at
     ``max_steps_in_episode`` without a fall the episode ends ``truncated`` (never
@@ -82,6 +83,7 @@ def test_steps_follow_brax_and_time_limits_truncate(pendulum):
     assert truncations == 3 and terminations == 1, (truncations, terminations)
 
 
+@pytest.mark.slow
 def test_resets_draw_fresh_states_and_vmap_over_seeds(pendulum):
     """Two keys give two initial states (reset vmapped over 2 seeds), and the auto-reset
     at a time limit draws a fresh state from the step's key (brax's AutoResetWrapper would

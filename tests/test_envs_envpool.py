@@ -14,7 +14,7 @@ from jaxrl.algorithms import dqn, ppo  # noqa: E402
 from jaxrl.workflow import runner  # noqa: E402
 from jaxrl.workflow.options import RunOptions  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore:.*precision lowered.*")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:.*precision lowered.*")]
 
 # Small Atari settings: fewer, smaller frames (the shapes still follow envpool's settings).
 PONG = dict(img_height=42, img_width=42, stack_num=2)

@@ -42,6 +42,7 @@ def knapsack():
     return env, params, jax.jit(env.reset), jax.jit(env.step), jax.jit(reference.reset), jax.jit(reference.step)
 
 
+@pytest.mark.slow
 def test_knapsack_follows_jumanji_step_by_step(knapsack):
     """Random play (masked uniform, and one masked item chosen on purpose, which jumanji
     ends with reward 0): every observation, reward and end is jumanji's from the same
@@ -106,6 +107,7 @@ def test_a_smaller_time_limit_truncates(knapsack):
     assert bool(out[3]) and not bool(out[4]) and float(out[2]) == 0.0
 
 
+@pytest.mark.slow
 def test_resets_differ_and_vmap_over_seeds(knapsack):
     env, params, *_ = knapsack
     keys = jax.random.split(jax.random.key(2), 2)
@@ -134,6 +136,7 @@ def test_the_spaces_and_spec_describe_the_observations(knapsack):
     assert float(np.max(space["weights"].high)) == 1.0 and float(np.min(space["values"].low)) == 0.0
 
 
+@pytest.mark.slow
 def test_minesweeper_actions_are_flattened_cells():
     """Minesweeper-v0's action is (row, col) with a joint [10, 10] mask: one Discrete(100),
     action ``10 * row + col``, the mask flattened the same way; each step is jumanji's
@@ -162,6 +165,7 @@ def test_minesweeper_actions_are_flattened_cells():
         assert not bool(obs["action_mask"][int(action)])  # the revealed cell is masked now
 
 
+@pytest.mark.slow
 def test_jumanjis_own_time_limit_is_truncation():
     """Jumanji's Maze-v0 ends its time limit (num_rows * num_cols steps) as termination,
     discount 0; the adapter ends it ``truncated`` at the same step. Walking back and forth

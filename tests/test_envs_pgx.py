@@ -65,6 +65,7 @@ def test_moves_follow_pgx_and_the_opponent_replies_legally(tic_tac_toe):
     assert seats == {0, 1} and games_over == 12
 
 
+@pytest.mark.slow
 def test_resets_draw_new_games_and_vmap_over_seeds(tic_tac_toe):
     env, params, reset, step = tic_tac_toe
     keys = jax.random.split(jax.random.key(3), 8)
@@ -84,6 +85,7 @@ def test_the_space_and_spec_describe_the_game(tic_tac_toe):
     assert space["observation"].shape == (3, 3, 2) and space["action_mask"].shape == (9,)
 
 
+@pytest.mark.slow
 def test_a_random_policy_against_the_random_opponent_through_evaluate(tic_tac_toe):
     """A masked uniform policy never plays an illegal move (which pgx scores as a loss):
     the mean return is that of random against random, well above -1."""

@@ -14,6 +14,8 @@ import pytest
 from jaxrl import envs
 from jaxrl.algorithms import ppo
 
+pytestmark = pytest.mark.slow  # compiles or runs whole training programs: see pyproject.toml
+
 pytest.importorskip("mujoco_playground")
 
 ENV_ID = "playground:CartpoleBalance"

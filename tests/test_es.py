@@ -84,6 +84,7 @@ def test_es_gradient_on_a_quadratic_against_numpy(seed):
 # ----------------------------------------------------------------------------- evosax
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["cma_es", "snes"])
 def test_evosax_strategies_move_the_mean_toward_the_optimum(strategy):
     pytest.importorskip("evosax")
@@ -145,6 +146,7 @@ def test_missing_evosax_is_a_clear_import_error(monkeypatch):
 # ----------------------------------------------------------------------------- the contract
 
 
+@pytest.mark.slow
 def test_registry_and_a_small_run(train_small):
     assert get("es") is es.algorithm
     out = train_small(jax.random.key(0), SMALL)
@@ -174,6 +176,7 @@ def test_continuous_actions_lie_within_the_bounds():
         assert np.all(np.abs(np.asarray(action)) <= 2.0)
 
 
+@pytest.mark.slow
 def test_vmap_over_seeds_and_sigmas_compiles_once(train_small):
     keys = jax.random.split(jax.random.key(3), 2)
     configs = SMALL.replace(sigma=jnp.array([0.02, 0.1]), learning_rate=jnp.array([0.01, 0.05]))
@@ -187,6 +190,7 @@ def test_vmap_over_seeds_and_sigmas_compiles_once(train_small):
             np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_resume_from_a_checkpoint_gives_the_straight_run(tmp_path):
     pytest.importorskip("orbax.checkpoint")
     settings = dict(seeds=2, chunk_iterations=2)
@@ -205,6 +209,7 @@ def test_resume_from_a_checkpoint_gives_the_straight_run(tmp_path):
     assert (tmp_path / "resumed" / "metrics.csv").read_text() == (tmp_path / "straight" / "metrics.csv").read_text()
 
 
+@pytest.mark.slow
 def test_cli_trains_es(capsys):
     code = cli.main(
         [

@@ -27,6 +27,7 @@ def test_ou_noise_matches_a_numpy_loop():
         np.testing.assert_allclose(noise, reference, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_act_adds_the_carried_noise_and_deterministic_act_leaves_it_alone():
     config = td3.Config(env_id="MountainCarContinuous-v0", **OU)
     params = td3.init(jax.random.key(0), config).params
@@ -43,6 +44,7 @@ def test_act_adds_the_carried_noise_and_deterministic_act_leaves_it_alone():
     assert td3.initial_carry(td3.Config(env_id="MountainCarContinuous-v0"), 4) == ()  # Gaussian: no state
 
 
+@pytest.mark.slow
 def test_rollouts_restart_the_noise_where_an_episode_ends():
     """The noise is the policy's carry: zero entering each episode's first step, and
     carried on (nonzero) within an episode."""

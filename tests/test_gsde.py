@@ -112,6 +112,7 @@ def np_sac_policy(params, obs):
     return z, z @ p["Dense_0"]["kernel"] + p["Dense_0"]["bias"], p["sde_log_std"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["ppo", "sac"])
 def test_act_adds_the_features_times_the_carried_matrix(name, initial_params):
     """The sampled action is the mean plus ``z(s) @ theta`` with ``theta = exp(log_std) *``
@@ -212,6 +213,7 @@ TRAIN = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["ppo", "sac"])
 def test_training_vmaps_over_seeds_and_the_initial_log_std_in_one_compile(name):
     algo = ppo if name == "ppo" else sac
@@ -229,6 +231,7 @@ def test_training_vmaps_over_seeds_and_the_initial_log_std_in_one_compile(name):
     assert np.all(np.isfinite(np.asarray(out.metrics["entropy"])[:, -1]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "algo, config",
     [

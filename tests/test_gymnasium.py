@@ -100,6 +100,7 @@ def cartpole():
 # ----------------------------------------------------------------------------- dynamics
 
 
+@pytest.mark.slow
 def test_matches_gymnax_cartpole_step_by_step(cartpole):
     """From gymnax's state (copied into each Gymnasium sub-env before every step) and the
     same actions, the bridge gives gymnax's observation, reward, terminated, truncated and
@@ -291,6 +292,7 @@ def test_fault_names_env_step_and_error_and_the_process_recovers(cartpole):
     assert np.all(np.isfinite(obs)) and np.all(np.abs(obs) < 0.5)
 
 
+@pytest.mark.slow
 def test_host_envs_close_when_no_longer_referenced():
     env, params = envs.make("gymnasium:CartPole-v1")
     reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))

@@ -192,6 +192,7 @@ def test_a_missing_wandb_is_a_clear_error(monkeypatch):
         jaxrl_logging.make_loggers(("wandb",), None)
 
 
+@pytest.mark.slow
 def test_the_runner_logs_each_seeds_evaluation_to_wandb(tmp_path):
     # The sizes of tests/test_runner.py's PPO run: no new program shapes to compile.
     config = ppo.Config(

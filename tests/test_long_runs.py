@@ -27,6 +27,8 @@ from jaxrl.workflow import runner, saved, stopping
 from jaxrl.workflow.checkpoint import CHECKSUMS, Checkpoints, DamagedCheckpoint
 from jaxrl.workflow.options import RunOptions
 
+pytestmark = pytest.mark.slow  # compiles or runs whole training programs: see pyproject.toml
+
 # 100 iterations of 1,024 env steps in 25 chunks: a few seconds, long enough that a
 # signal sent after the second checkpoint lands while the run goes on.
 TRAIN = ["train", "ppo", "--total-timesteps", "102400", "--set", "num_envs=16", "--set", "num_steps=64"]

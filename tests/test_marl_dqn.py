@@ -20,6 +20,8 @@ from jaxrl.buffers import Index, replay, sumtree
 from jaxrl.workflow import runner
 from jaxrl.workflow.options import RunOptions
 
+pytestmark = pytest.mark.slow  # compiles or runs whole training programs: see pyproject.toml
+
 A = 2  # MultiAgentClimbing-v0's agents
 
 SMALL = vdn.Config(

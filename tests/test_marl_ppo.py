@@ -15,6 +15,8 @@ from jaxrl.envs import multiagent as ma
 from jaxrl.workflow import cli, runner
 from jaxrl.workflow.options import RunOptions
 
+pytestmark = pytest.mark.slow  # compiles or runs whole training programs: see pyproject.toml
+
 SPREAD = "jaxmarl:MPE_simple_spread_v3"
 SMALL = dict(num_envs=4, num_steps=10, total_timesteps=4 * 10 * 4, num_epochs=2, num_minibatches=2,
              hidden_sizes=(16,), num_evals=2, eval_episodes=4, num_reports=0)  # fmt: skip

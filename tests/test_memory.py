@@ -57,6 +57,7 @@ def reference_core(kind, p, carry, x, reset):
     return outputs, jax.tree.map(lambda *rows: np.stack(rows), *finals)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["gru", "lstm"])
 def test_recurrent_core_with_resets_equals_each_episode_on_its_own(kind):
     T, B, F, H = 12, 4, 5, 6
@@ -155,6 +156,7 @@ def test_bootstrap_values_use_the_memory_the_policy_had_at_the_final_observation
     )
 
 
+@pytest.mark.slow
 def test_sequence_minibatches_use_every_step_once_and_reproduce_the_rollout(rollout_data):
     state, _, trajectory, _ = rollout_data
     T, N, L = CONFIG.num_steps, CONFIG.num_envs, CONFIG.chunk_length
@@ -191,6 +193,7 @@ def test_a_recurrent_learner_re_runs_whole_sequences_from_the_stored_carry(rollo
     np.testing.assert_allclose(value, trajectory.extras["value"], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_separate_actor_and_critic_memories_reproduce_the_rollout():
     """``shared_memory=False``: an LSTM core each for the policy and the value, their
     carries side by side; re-running the rollout's sequences from the stored carries
@@ -210,6 +213,7 @@ def test_separate_actor_and_critic_memories_reproduce_the_rollout():
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_seeds_and_a_traced_setting_compile_once_and_match_single_runs():
     configs = CONFIG.replace(learning_rate=jnp.array([1e-3, 3e-3]))
     train = jax.jit(jax.vmap(ppo.train, in_axes=(None, sweep_axes(configs))))
@@ -221,6 +225,7 @@ def test_seeds_and_a_traced_setting_compile_once_and_match_single_runs():
         np.testing.assert_allclose(ours[1], theirs, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_recurrent_run_resumes_bit_for_bit(tmp_path):
     kwargs = dict(seeds=2, chunk_iterations=1)
     straight = runner.run("ppo", CONFIG, **kwargs, options=RunOptions(tmp_path / "straight", checkpoint_every=1))
@@ -240,6 +245,7 @@ def test_a_recurrent_run_resumes_bit_for_bit(tmp_path):
         np.testing.assert_array_equal(resumed.metrics[name], values, err_msg=name)
 
 
+@pytest.mark.slow
 def test_every_algorithm_acts_with_a_carry():
     obs = jnp.zeros((5, 4))
     action, carry = ppo.act(

@@ -37,6 +37,7 @@ def climbing_reference(table: int, joint_actions: np.ndarray, rounds: int):
     return out
 
 
+@pytest.mark.slow
 def test_climbing_matches_numpy_rules_across_auto_reset():
     env, params = envs.make("MultiAgentClimbing-v0", max_steps_in_episode=4)
     step = jax.jit(env.step)
@@ -64,6 +65,7 @@ def test_climbing_matches_numpy_rules_across_auto_reset():
                 np.testing.assert_array_equal(obs["agent_0"][2:], np.zeros(4))
 
 
+@pytest.mark.slow
 def test_climbing_optimum_and_random_returns():
     # NumPy: the optimum per table, and the exact and sampled returns of random play.
     rounds = 10
@@ -206,6 +208,7 @@ def _assert_tree_equal(a, b):
     jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), a, b)
 
 
+@pytest.mark.slow
 def test_mpe_against_jaxmarl_step_by_step_and_time_limit():
     jaxmarl = pytest.importorskip("jaxmarl")
     env, params = envs.make("jaxmarl:MPE_simple_spread_v3", max_steps_in_episode=4)
@@ -249,6 +252,7 @@ def test_mpe_against_jaxmarl_step_by_step_and_time_limit():
             _assert_tree_equal(info["final_observation"], obs)
 
 
+@pytest.mark.slow
 def test_mpe_registry_vmap_and_refusals():
     pytest.importorskip("jaxmarl")
     from jaxrl.algorithms import ppo
@@ -273,6 +277,7 @@ def test_mpe_registry_vmap_and_refusals():
         envs.make("jaxmarl:MPE_simple_spread_v3", max_steps=5)
 
 
+@pytest.mark.slow
 def test_smax_action_masks_and_world_state():
     jaxmarl = pytest.importorskip("jaxmarl")
     kwargs = dict(num_allies=3, num_enemies=5)
@@ -302,6 +307,7 @@ def test_smax_action_masks_and_world_state():
     np.testing.assert_array_equal(info["global_state"], ref_obs["world_state"])
 
 
+@pytest.mark.slow
 def test_smax_agents_that_leave_early_stay_terminated_and_inactive():
     pytest.importorskip("jaxmarl")
     env, params = envs.make("jaxmarl:HeuristicEnemySMAX", num_allies=3, num_enemies=5)

@@ -17,6 +17,8 @@ from jaxrl.algorithms import alphazero, bc, ddpg, dqn, es, impala, ppo, sac, td3
 from jaxrl.envs.spaces import MultiDiscrete
 from jaxrl.workflow import cli
 
+pytestmark = pytest.mark.slow  # compiles or runs whole training programs: see pyproject.toml
+
 NVEC = (3, 2, 4)
 EPISODE = 4
 ENV_ID = "MultiCue-v0"

@@ -10,6 +10,7 @@ from jaxrl import networks
 from jaxrl.networks import MLP, ActorCritic, MinAtarCNN
 
 
+@pytest.mark.slow
 def test_mlp_flattens_observation_dims():
     net = MLP((32, 16), "relu", obs_ndim=2)
     x = jnp.ones((5, 3, 4))
@@ -17,6 +18,7 @@ def test_mlp_flattens_observation_dims():
     assert net.apply(params, x).shape == (5, 16)
 
 
+@pytest.mark.slow
 def test_minatar_cnn_shapes():
     net = MinAtarCNN((64,))
     x = jnp.ones((2, 7, 10, 10, 4))  # extra leading batch dims are kept
@@ -24,6 +26,7 @@ def test_minatar_cnn_shapes():
     assert net.apply(params, x).shape == (2, 7, 64)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("network, obs_shape", [("mlp", (4,)), ("cnn", (10, 10, 4))])
 def test_actor_critic_discrete(network, obs_shape):
     net = ActorCritic(action_dim=3, discrete=True, network=network, hidden_sizes=(32,), obs_ndim=len(obs_shape))
@@ -98,6 +101,7 @@ def kernel_shapes(tree, prefix=""):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("image", [(84, 84, 4), (36, 36, 3), (40, 52, 2)])
 def test_nature_cnn_shapes_follow_the_layer_arithmetic(image):
     torso = networks.torso("nature_cnn", (512,), "relu", 3)
@@ -111,6 +115,7 @@ def test_nature_cnn_shapes_follow_the_layer_arithmetic(image):
     assert torso.apply(params, obs).shape == (2, 5, 512)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("image", [(64, 64, 3), (36, 36, 3), (21, 10, 1)])
 def test_impala_cnn_shapes_follow_the_layer_arithmetic(image):
     torso = networks.torso("impala_cnn", (256,), "relu", 3)
@@ -123,6 +128,7 @@ def test_impala_cnn_shapes_follow_the_layer_arithmetic(image):
     assert len(convs) == 15 and torso.apply(params, obs).shape == (4, 256)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["nature_cnn", "impala_cnn"])
 def test_pixel_cnn_encodes_each_image_leaf_and_flattens_the_rest(kind):
     # {"image": [36, 36, 3] uint8, "pixels": [36, 36, 1], "vector": [5]}: leaves in
@@ -145,6 +151,7 @@ def test_pixel_cnn_encodes_each_image_leaf_and_flattens_the_rest(kind):
     assert torso.apply(params, obs).shape == (3, 16)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["nature_cnn", "impala_cnn"])
 def test_pixel_cnn_scales_uint8_images_to_the_unit_interval(kind):
     torso = networks.torso(kind, (8,), "relu", 3)
@@ -164,6 +171,7 @@ def test_pixel_cnn_errors():
         networks.torso("resnet", (8,), "relu", 3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["cnn", "nature_cnn"])
 def test_continuous_q_encodes_images_then_concatenates_the_action(kind):
     q = networks.ensemble(networks.ContinuousQ, 2)((16,), "relu", (3, 1), kind)
@@ -235,6 +243,7 @@ def _networks():
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(_networks()))
 def test_forward_mode_through_every_network_matches_finite_differences(name):
     """``jax.jvp`` (and ``jax.jacfwd``'s machinery) through the network's parameters and

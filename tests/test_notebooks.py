@@ -1,25 +1,21 @@
 """Every notebook in notebooks/ runs top to bottom (code cells executed in order in one
-namespace, as a kernel would)."""
+namespace, as a kernel would) and passes the assertions on its key results."""
 
 import json
 import pathlib
 
 import pytest
 
+pytestmark = pytest.mark.slow  # compiles or runs whole training programs: see pyproject.toml
+
 NOTEBOOKS = sorted((pathlib.Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
-# Notebooks that train to a stated return (learning tests, minutes each): marked slow.
-LEARNING = {"custom_networks.ipynb"}
 
 
 def test_there_are_notebooks():
     assert NOTEBOOKS
 
 
-@pytest.mark.parametrize(
-    "path",
-    [pytest.param(p, marks=pytest.mark.slow) if p.name in LEARNING else p for p in NOTEBOOKS],
-    ids=lambda p: p.name,
-)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs(path, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # files a notebook writes (plots) land here
     notebook = json.loads(path.read_text())

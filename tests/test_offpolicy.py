@@ -108,6 +108,7 @@ def test_polyak_and_action_scaling():
     assert np.all(actions >= spec.action_low) and np.all(actions <= spec.action_high)
 
 
+@pytest.mark.slow
 def test_td3_target_is_min_of_twin_targets_at_smoothed_action():
     config = td3.Config(**{**SMALL, "target_noise": 1.0, "target_noise_clip": 0.5, "hidden_sizes": (8, 8)})
     state = ddpg.init(jax.random.key(0), config)
@@ -131,6 +132,7 @@ def test_td3_target_is_min_of_twin_targets_at_smoothed_action():
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_ddpg_target_has_one_critic_and_no_smoothing():
     config = ddpg.Config(**SMALL)
     state = ddpg.init(jax.random.key(1), config)
@@ -144,6 +146,7 @@ def test_ddpg_target_has_one_critic_and_no_smoothing():
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_sac_continuous_target_has_entropy_term():
     config = sac.Config(**{**SMALL, "hidden_sizes": (8, 8)})
     state = sac.init(jax.random.key(2), config)
@@ -164,6 +167,7 @@ def test_sac_continuous_target_has_entropy_term():
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_sac_discrete_target_is_exact_expectation():
     config = sac.Config(**{**SMALL, "env_id": "CartPole-v1", "discrete": True, "hidden_sizes": (8,)})
     state = sac.init(jax.random.key(3), config)
@@ -203,6 +207,7 @@ def test_sac_temperature_moves_toward_target_entropy():
     assert float(grad(jnp.float32(0.0), jnp.float32(-2.0), config)) < 0
 
 
+@pytest.mark.slow
 def test_td3_update_moves_actor_and_targets_only_when_asked():
     config = td3.Config(**SMALL)
     state = ddpg.init(jax.random.key(4), config)
@@ -222,6 +227,7 @@ def test_td3_update_moves_actor_and_targets_only_when_asked():
     assert int(moved.updates) == 1
 
 
+@pytest.mark.slow
 def test_sac_fixed_alpha_stays():
     config = sac.Config(**{**SMALL, "autotune": False, "alpha": 0.05})
     state = sac.init(jax.random.key(5), config)
@@ -292,6 +298,7 @@ def test_metrics_warmup_and_determinism(name, trainers, small_runs):
     assert not np.allclose(np.asarray(other.metrics["critic_loss"])[warmup:], loss[warmup:])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["td3"])
 def test_vmap_over_seeds_and_hyperparameters_compiles_once(name, trainers):
     """One program maps over seeds and learning rate / tau / gamma together; each lane
@@ -310,6 +317,7 @@ def test_vmap_over_seeds_and_hyperparameters_compiles_once(name, trainers):
         assert_trees_close(jax.tree.map(lambda x: x[i], out.metrics), single.metrics, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(MODULES))
 def test_act_and_evaluate_from_params_alone(name, small_runs):
     module, config, params = MODULES[name], CONFIGS[name], small_runs[name].state.params

@@ -62,6 +62,7 @@ def test_observation_statistics_are_those_of_every_collected_observation(dqn_run
     assert float(stats.count) == pytest.approx(config.total_timesteps, abs=1e-3)
 
 
+@pytest.mark.slow
 def test_replay_keeps_raw_observations_and_batches_are_normalized(dqn_run):
     """Replay stores the env's observations; a sampled batch's ``obs`` and ``next_obs``
     are the stored ones standardised by the newest statistics."""
@@ -136,6 +137,7 @@ def test_reported_returns_stay_raw_with_scaled_rewards(dqn_run):
 # ----------------------------------------------------------------------------- actor-critics
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", [ddpg, td3, sac])
 def test_actor_critics_act_on_normalized_observations(algo):
     """``act`` standardises raw observations by ``params["obs_stats"]`` (here set to random

@@ -18,6 +18,8 @@ from jaxrl import envs
 from jaxrl.algorithms import ddpg, offpolicy, sac, td3
 from jaxrl.buffers.sequence import Windows
 
+pytestmark = pytest.mark.slow  # compiles or runs whole training programs: see pyproject.toml
+
 EPISODE = 50
 SPEED = 0.1  # the largest move per axis and step
 GOAL_RANGE = 0.5  # goals are uniform in [-GOAL_RANGE, GOAL_RANGE]^3; the point starts at 0

@@ -125,6 +125,7 @@ def onpolicy_trajectory(module, config):
     return state, trajectory
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", [ppo, a2c, impala], ids=["ppo", "a2c", "impala"])
 def test_padding_steps_do_not_reach_the_onpolicy_losses(module):
     """PPO's, A2C's and IMPALA's (V-trace) losses and gradients on one rollout do not move when the padding
@@ -162,6 +163,7 @@ def test_padding_steps_do_not_reach_the_onpolicy_losses(module):
     assert not np.allclose(reference[0], loss_and_grad(real)[0])
 
 
+@pytest.mark.slow
 def test_replay_weights_padding_steps_zero_and_the_critic_ignores_them():
     """Stored ``valid`` reaches sampled batches as weight 0; SAC's critic loss does not
     move when a padding transition's reward is garbage; DQN gives them the least

@@ -85,6 +85,7 @@ def test_same_key_same_result(train_small, small_run):
     assert not np.allclose(np.asarray(other.metrics["policy_loss"]), np.asarray(small_run.metrics["policy_loss"]))
 
 
+@pytest.mark.slow
 def test_vmap_over_seeds_equals_separate_runs(train_small):
     keys = jax.random.split(jax.random.key(3), 3)
     batched = jax.jit(jax.vmap(ppo.train, in_axes=(0, None)))(keys, SMALL)
@@ -93,6 +94,7 @@ def test_vmap_over_seeds_equals_separate_runs(train_small):
         assert_trees_close(jax.tree.map(lambda x: x[i], batched.metrics), single.metrics, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_vmap_over_hyperparameters_compiles_once(train_small):
     learning_rates = [1e-4, 1e-3, 1e-2]
     configs = SMALL.replace(learning_rate=jnp.array(learning_rates), clip_eps=jnp.array([0.1, 0.2, 0.3]))
@@ -130,6 +132,7 @@ def test_policy_and_value_moved_to_onpolicy(small_run):
     np.testing.assert_array_equal(value, expected[1])
 
 
+@pytest.mark.slow
 def test_update_is_usable_on_its_own():
     """``step`` is collect + update (+ the observation statistics): calling the pieces
     by hand, with the keys ``step`` splits, gives the same state."""
@@ -152,6 +155,7 @@ def test_update_is_usable_on_its_own():
     assert any(jax.tree.leaves(changed))
 
 
+@pytest.mark.slow
 def test_continuous_actions_are_clipped_to_bounds():
     config = ppo.Config(
         env_id="Pendulum-v1",
@@ -245,6 +249,7 @@ def test_learns_pendulum():
     assert (final >= -250).sum() >= 4, final
 
 
+@pytest.mark.slow
 def test_observation_statistics_live_in_params():
     """With normalize_observations, ``step`` folds each rollout's raw observations into
     ``params["obs_stats"]`` (after the update), so ``act`` needs nothing but params."""
@@ -268,6 +273,7 @@ def test_observation_statistics_live_in_params():
     np.testing.assert_array_equal(np.asarray(stats.mean).shape, obs_before.shape[1:])
 
 
+@pytest.mark.slow
 def test_progress_reports_reach_host_sinks():
     from jaxrl.workflow import logging as jaxrl_logging
 
@@ -305,6 +311,7 @@ def numpy_ppo_loss(logits, value, batch, config):
     return loss, {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("clip_value", [True, False])
 def test_the_loss_equals_a_numpy_formula_on_random_batches(clip_value):
     """Random minibatches whose old log-probabilities put the ratio on both sides of

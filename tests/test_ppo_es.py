@@ -97,6 +97,7 @@ def test_update_keeps_the_fittest_candidate_against_numpy(fitness):
     assert int(state.timesteps) == 100 + config.training_steps + 37
 
 
+@pytest.mark.slow
 def test_score_is_each_candidates_deterministic_evaluation():
     config = SMALL
     centre = ppo_es.init(jax.random.key(0), config)
@@ -114,6 +115,7 @@ def test_score_is_each_candidates_deterministic_evaluation():
 # ----------------------------------------------------------------------------- the record
 
 
+@pytest.mark.slow
 def test_jit_vmap_over_seeds_and_a_swept_hyperparameter_compile_once():
     """One compile serves seeds x sigma x the inner PPO's learning rate; each lane equals
     the plain jitted run with that key and setting, which is deterministic."""
@@ -150,6 +152,7 @@ for setting in ("num_envs=2", "num_steps=8", "num_minibatches=2", "hidden_sizes=
     COMMAND += ["--set", f"ppo.{setting}"]
 
 
+@pytest.mark.slow
 def test_command_line_and_runner(tmp_path, capsys):
     """The command line, then the runner by name on the same config (which reuses the
     compiled program); the members keep the GRU's memory in the PPO state, and act

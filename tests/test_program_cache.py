@@ -26,6 +26,8 @@ from jaxrl.workflow import logging as jaxrl_logging
 from jaxrl.workflow import metrics, program_cache, runner
 from jaxrl.workflow.options import RunOptions
 
+pytestmark = pytest.mark.slow  # compiles or runs whole training programs: see pyproject.toml
+
 SEEDS = 2
 CHUNK = 4
 

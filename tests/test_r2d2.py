@@ -164,6 +164,7 @@ def networks(init):
     return online, jax.tree.map(lambda x: x + noise(x), online)
 
 
+@pytest.mark.slow
 def test_sequence_loss_and_priorities_match_a_step_by_step_numpy_reference(networks):
     online, target = networks
     batch = hand_made_batch(jax.random.key(1))
@@ -342,6 +343,7 @@ def test_an_update_writes_the_sequence_priorities(warm_state):
 # ----------------------------------------------------------------------------- the contract
 
 
+@pytest.mark.slow
 def test_seeds_and_a_traced_setting_compile_once_and_match_single_runs():
     configs = CONFIG.replace(learning_rate=jnp.array([1e-3, 3e-3]))
     keys = jax.random.split(jax.random.key(0), 2)
@@ -433,6 +435,7 @@ def test_r2d2_learns_memory_chain():
     assert (final >= 0.9).sum() >= 3, final
 
 
+@pytest.mark.slow
 def test_an_r2d2_run_resumes_bit_for_bit(tmp_path):
     """Checkpoints hold the sequence replay (rows, sum-tree, max priority) and the actors'
     memory: a run resumed from its second checkpoint equals the uninterrupted one."""

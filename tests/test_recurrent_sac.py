@@ -173,6 +173,7 @@ def networks(init):
     return state.params["actor"], state.critic_params, jax.tree.map(lambda x: x + noise(x), state.critic_params)
 
 
+@pytest.mark.slow
 def test_sequence_losses_match_a_step_by_step_numpy_reference(networks):
     actor, critic, target_critic = networks
     batch = hand_made_batch(jax.random.key(1))
@@ -273,6 +274,7 @@ def test_act_advances_only_the_actors_memory(collected):
 # ----------------------------------------------------------------------------- the contract
 
 
+@pytest.mark.slow
 def test_seeds_and_a_traced_setting_compile_once():
     configs = CONFIG.replace(learning_rate=jnp.array([1e-3, 3e-3]))
     keys = jax.random.split(jax.random.key(0), 2)

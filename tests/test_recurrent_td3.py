@@ -168,6 +168,7 @@ def state_and_nets(init):
     return state, (state.params["actor"], state.critic_params, targets["actor"], targets["critic"])
 
 
+@pytest.mark.slow
 def test_sequence_losses_match_a_step_by_step_numpy_reference(state_and_nets):
     state, nets = state_and_nets
     actor, critic = nets[:2]
@@ -277,6 +278,7 @@ def test_act_advances_only_the_actors_memory_and_explores_around_the_actor(colle
 # ----------------------------------------------------------------------------- the contract
 
 
+@pytest.mark.slow
 def test_seeds_and_a_traced_setting_compile_once():
     configs = CONFIG.replace(learning_rate=jnp.array([1e-3, 3e-3]))
     keys = jax.random.split(jax.random.key(0), 2)

@@ -17,6 +17,8 @@ from jaxrl.algorithms import ppo
 from jaxrl.workflow import pbt, saved, sweep
 from jaxrl.workflow.options import RunOptions
 
+pytestmark = pytest.mark.slow  # compiles or runs whole training programs: see pyproject.toml
+
 # 8 iterations of 64 env steps, 4 chunks of 2.
 SWEEP_CONFIG = ppo.Config(
     total_timesteps=512,

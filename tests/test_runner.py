@@ -555,6 +555,7 @@ def test_an_interrupted_save_leaves_the_previous_checkpoint_loadable(tmp_path):
 # ----------------------------------------------------------------------------- command line
 
 
+@pytest.mark.slow
 def test_cli_logdir_checkpoints_target_plot_and_resume(tmp_path, capsys):
     logdir = tmp_path / "run"
     args = [
@@ -644,6 +645,7 @@ def small_bc_run():
     return dataset, config
 
 
+@pytest.mark.slow
 def test_bc_runs_in_chunks_from_a_dataset_and_equals_the_fused_train():
     from jaxrl.algorithms import bc
 

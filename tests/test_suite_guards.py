@@ -8,6 +8,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 TESTS = pathlib.Path(__file__).parent
 
 
@@ -22,6 +24,7 @@ def collect_without_jumanji(tmp_path, ci: bool) -> subprocess.CompletedProcess:
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=TESTS.parent)
 
 
+@pytest.mark.slow
 def test_a_missing_test_extra_package_fails_under_ci(tmp_path):
     failed = collect_without_jumanji(tmp_path, ci=True)
     assert failed.returncode != 0

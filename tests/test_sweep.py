@@ -107,6 +107,7 @@ def test_summarize_and_best_on_known_scores():
     assert "*" in sweep.format_table(rows).splitlines()[2]
 
 
+@pytest.mark.slow
 def test_a_grid_compiles_once_and_every_lane_equals_its_own_run():
     jax.random.split(jax.random.key(0), SEEDS)  # compile the key split outside the count
     compiles = []
@@ -140,6 +141,7 @@ def test_a_grid_compiles_once_and_every_lane_equals_its_own_run():
     assert not np.allclose(first_leaf[0, 0], first_leaf[3, 0])
 
 
+@pytest.mark.slow
 def test_sweep_command_prints_and_writes_the_summary(tmp_path, capsys):
     out = tmp_path / "summary.json"
     args = [
