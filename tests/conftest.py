@@ -2,15 +2,9 @@ import os
 import pathlib
 import re
 
-# Most of the suite's time is XLA:CPU compiling small programs; LLVM at -O1 compiles them
-# in about 60% of the time at the same run time (benchmarks/investigations/xla_opt_level.py).
-# Set before JAX starts its backend; a level the user set wins; subprocesses inherit it.
-if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=1".strip()
-
-import jax  # noqa: E402
-import pytest  # noqa: E402
-from jax.experimental.compilation_cache import compilation_cache  # noqa: E402
+import jax
+import pytest
+from jax.experimental.compilation_cache import compilation_cache
 
 
 def pytest_collection_modifyitems(items):
