@@ -8,7 +8,7 @@ segmentation fault or an abort inside ``backend_compile_and_load`` instead of ra
     python benchmarks/investigations/xla_map_count.py --programs 400              # maps grow
     python benchmarks/investigations/xla_map_count.py --programs 400 --clear-every 50
     # The crash in seconds, with a lower limit (root; put the old value back after):
-    sysctl vm.max_map_count=2000 && python benchmarks/investigations/xla_map_count.py --programs 2000
+    sysctl vm.max_map_count=1500 && python benchmarks/investigations/xla_map_count.py --programs 600
 
 Prints the process's mappings (lines of /proc/self/maps) every ``--report-every``
 programs. With ``--clear-every N``, ``jax.clear_caches()`` every N programs keeps the
