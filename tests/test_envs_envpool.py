@@ -132,7 +132,6 @@ def test_bad_ids_and_arguments():
     assert params.max_steps_in_episode == 100 and env.name == "envpool:CartPole-v1"
 
 
-@pytest.mark.slow
 def test_ppo_learns_cartpole_through_envpool():
     """PPO, default config (4 envs x 128 steps), 100k steps on envpool's CartPole-v1
     inside one jit, evaluations included: the last three deterministic evaluations
@@ -145,7 +144,6 @@ def test_ppo_learns_cartpole_through_envpool():
     assert evals[-3:].mean() >= 350, evals
 
 
-@pytest.mark.slow
 def test_dqn_learns_cartpole_through_envpool():
     """DQN's default config (prioritized replay), 100k steps on envpool's CartPole-v1: the
     last three greedy evaluations (10 episodes each) average >= 350 for 2 of 3 seeds

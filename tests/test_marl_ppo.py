@@ -366,7 +366,6 @@ def random_return(env_id: str, episodes: int = 2000) -> float:
     return float(jnp.mean(evaluation.evaluate(act, None, view, jax.random.key(0), episodes, params).returns))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("module", [ippo, mappo], ids=["ippo", "mappo"])
 def test_learns_simple_spread(module):
     """MPE simple_spread (3 agents, 25 steps, per-agent reward): uniform random play

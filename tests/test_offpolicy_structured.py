@@ -152,7 +152,6 @@ def final_returns(module, config) -> np.ndarray:
     return evals[:, np.isfinite(evals[0])][:, -1]
 
 
-@pytest.mark.slow
 def test_td3_reaches_a_goal_from_dict_observations():
     """The final evaluation's return is at least a quarter of the zero action's (about
     -24, so >= about -6: the point must travel to the goal and stay there) in 3 of 4

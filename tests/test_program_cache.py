@@ -334,7 +334,6 @@ np.savez({out!r}, traces=len(traces), **{{f"metric_{{k}}": v for k, v in result.
 """
 
 
-@pytest.mark.slow
 def test_a_second_process_loads_what_the_first_saved(traced_runs, tmp_path):
     """Two fresh processes sharing a persistent cache directory: the second traces
     nothing, and both equal the run traced in this process."""

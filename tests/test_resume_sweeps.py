@@ -112,7 +112,6 @@ def test_sweep_logs_one_row_per_lane_with_its_setting(straight_sweep):
         assert (logged == "" and np.isnan(expected)) or float(logged) == pytest.approx(expected, rel=1e-6)
 
 
-@pytest.mark.slow
 def test_a_killed_sweep_resumes_to_the_uninterrupted_sweep(straight_sweep, tmp_path):
     straight_dir, straight = straight_sweep
     logdir = tmp_path / "run"
@@ -166,7 +165,6 @@ def test_pbt_in_chunks_logs_each_members_hyperparameters_and_lineage(straight_pb
         assert float(row["pbt_parent"]) == result.parents[round_index, member]
 
 
-@pytest.mark.slow
 def test_a_killed_population_resumes_to_the_uninterrupted_one(straight_pbt, tmp_path):
     straight_dir, straight = straight_pbt
     logdir = tmp_path / "run"
