@@ -430,7 +430,6 @@ def numpy_a2c_loss(logits, value, value_next, trajectory, config):
     return loss, {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy}
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("normalize", [False, True])
 def test_the_loss_equals_a_numpy_formula_on_random_trajectories(normalize):
     """Random trajectories with terminations and truncations mid-rollout and at its end,

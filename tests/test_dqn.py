@@ -124,7 +124,6 @@ def _diverged_params(config, key):
     return state.params["network"], target
 
 
-@pytest.mark.slow
 def test_double_dqn_targets_use_online_argmax_and_target_values():
     config = SMALL.replace(double=True, batch_size=64)
     online, target = _diverged_params(config, jax.random.key(1))
@@ -148,7 +147,6 @@ def test_double_dqn_targets_use_online_argmax_and_target_values():
     assert np.all(discount[truncated_only] > 0)
 
 
-@pytest.mark.slow
 def test_prioritized_weights_scale_the_loss_and_updates_set_priorities():
     config = SMALL.replace(prioritized=Prioritized(), head=value_heads.Scalar(loss="mse"))
     per = config.prioritized

@@ -130,7 +130,6 @@ def check_against_reference(env_id, env_kwargs, k, stack_action, stack_reward, s
 # ----------------------------------------------------------------------------- FrameStack
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("stack_action", [False, True])
 @pytest.mark.parametrize("stack_reward", [False, True])
 def test_frame_stack_cartpole_matches_reference(stack_action, stack_reward):
@@ -139,7 +138,6 @@ def test_frame_stack_cartpole_matches_reference(stack_action, stack_reward):
     assert terminated.any() and truncated.any()  # both kinds of episode end were checked
 
 
-@pytest.mark.slow
 def test_frame_stack_box_actions_match_reference():
     check_against_reference("Pendulum-v1", {"max_steps_in_episode": LIMIT}, 3, True, True, steps=20)
 

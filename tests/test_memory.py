@@ -57,7 +57,6 @@ def reference_core(kind, p, carry, x, reset):
     return outputs, jax.tree.map(lambda *rows: np.stack(rows), *finals)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["gru", "lstm"])
 def test_recurrent_core_with_resets_equals_each_episode_on_its_own(kind):
     T, B, F, H = 12, 4, 5, 6

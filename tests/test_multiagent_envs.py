@@ -37,7 +37,6 @@ def climbing_reference(table: int, joint_actions: np.ndarray, rounds: int):
     return out
 
 
-@pytest.mark.slow
 def test_climbing_matches_numpy_rules_across_auto_reset():
     env, params = envs.make("MultiAgentClimbing-v0", max_steps_in_episode=4)
     step = jax.jit(env.step)

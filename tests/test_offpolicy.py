@@ -108,7 +108,6 @@ def test_polyak_and_action_scaling():
     assert np.all(actions >= spec.action_low) and np.all(actions <= spec.action_high)
 
 
-@pytest.mark.slow
 def test_td3_target_is_min_of_twin_targets_at_smoothed_action():
     config = td3.Config(**{**SMALL, "target_noise": 1.0, "target_noise_clip": 0.5, "hidden_sizes": (8, 8)})
     state = ddpg.init(jax.random.key(0), config)
@@ -132,7 +131,6 @@ def test_td3_target_is_min_of_twin_targets_at_smoothed_action():
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.slow
 def test_ddpg_target_has_one_critic_and_no_smoothing():
     config = ddpg.Config(**SMALL)
     state = ddpg.init(jax.random.key(1), config)
@@ -146,7 +144,6 @@ def test_ddpg_target_has_one_critic_and_no_smoothing():
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.slow
 def test_sac_continuous_target_has_entropy_term():
     config = sac.Config(**{**SMALL, "hidden_sizes": (8, 8)})
     state = sac.init(jax.random.key(2), config)
@@ -167,7 +164,6 @@ def test_sac_continuous_target_has_entropy_term():
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.slow
 def test_sac_discrete_target_is_exact_expectation():
     config = sac.Config(**{**SMALL, "env_id": "CartPole-v1", "discrete": True, "hidden_sizes": (8,)})
     state = sac.init(jax.random.key(3), config)

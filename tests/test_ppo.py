@@ -311,7 +311,6 @@ def numpy_ppo_loss(logits, value, batch, config):
     return loss, {"policy_loss": policy_loss, "value_loss": value_loss, "entropy": entropy}
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("clip_value", [True, False])
 def test_the_loss_equals_a_numpy_formula_on_random_batches(clip_value):
     """Random minibatches whose old log-probabilities put the ratio on both sides of

@@ -164,7 +164,6 @@ def networks(init):
     return online, jax.tree.map(lambda x: x + noise(x), online)
 
 
-@pytest.mark.slow
 def test_sequence_loss_and_priorities_match_a_step_by_step_numpy_reference(networks):
     online, target = networks
     batch = hand_made_batch(jax.random.key(1))

@@ -173,7 +173,6 @@ def networks(init):
     return state.params["actor"], state.critic_params, jax.tree.map(lambda x: x + noise(x), state.critic_params)
 
 
-@pytest.mark.slow
 def test_sequence_losses_match_a_step_by_step_numpy_reference(networks):
     actor, critic, target_critic = networks
     batch = hand_made_batch(jax.random.key(1))

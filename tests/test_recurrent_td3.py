@@ -168,7 +168,6 @@ def state_and_nets(init):
     return state, (state.params["actor"], state.critic_params, targets["actor"], targets["critic"])
 
 
-@pytest.mark.slow
 def test_sequence_losses_match_a_step_by_step_numpy_reference(state_and_nets):
     state, nets = state_and_nets
     actor, critic = nets[:2]

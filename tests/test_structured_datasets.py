@@ -401,7 +401,6 @@ def perturbed_state(config, dataset):
     return state.replace(params={**state.params, "network": network})
 
 
-@pytest.mark.slow
 def test_the_policy_never_acts_against_the_mask_and_the_loss_is_the_masked_likelihood(cue_config, cue_dataset):
     state = perturbed_state(cue_config, cue_dataset)
     obs = as_numpy(cue_dataset.obs)

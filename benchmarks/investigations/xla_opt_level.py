@@ -5,9 +5,8 @@ budget, compile (``lower().compile()``) apart from the run.
 
     python benchmarks/investigations/xla_opt_level.py --levels 2 1 0
 
-Measured 2026-11-28 (benchmarks/RESULTS.md): level 1 compiles these programs no faster
-than 2; level 0 compiles 20% faster and runs 2-3x slower. So the test suite keeps XLA's
-default, and compile time has to be cut in the programs themselves.
+The table and what it showed: benchmarks/RESULTS.md, "The test suite" (why the test suite
+keeps XLA's default level).
 """
 
 from __future__ import annotations
