@@ -227,30 +227,34 @@ def test_the_update_on_flat_parameters_equals_a_per_leaf_update():
     pytree give the same networks up to rounding (only the clip's sum of squares is
     added in another order); the clip is active and Adam's moments carry over."""
     config = SMALL.replace(max_grad_norm=1e-3)
-    state = a2c.init(jax.random.key(0), config)
-    state, trajectory = onpolicy.collect(state, state.params, jax.random.key(1), config)
+    # Each piece compiled once (op by op, their many small operations each compile).
+    initial = jax.jit(a2c.init, static_argnums=1)(jax.random.key(0), config)
+    state, trajectory = jax.jit(onpolicy.collect, static_argnums=3)(initial, initial.params, jax.random.key(1), config)
     update = jax.jit(lambda s: a2c.update(s, trajectory, jax.random.key(2), config)[0])
     optimizer = onpolicy.make_optimizer(config, updates_per_iteration=1)
     obs_stats = state.params["obs_stats"]
 
+    @jax.jit
     def grads(network):  # as a2c.update: bootstrap values from the current network, not differentiated
         value_next = onpolicy.bootstrap_value({"network": network, "obs_stats": obs_stats}, trajectory, config)
         return jax.grad(lambda net: a2c.loss_fn(net, obs_stats, trajectory, value_next, config)[0])(network)
+
+    @jax.jit
+    def per_leaf_update(network, opt_state):
+        updates, opt_state = optimizer.update(grads(network), opt_state, network)
+        return optax.apply_updates(network, updates), opt_state
 
     network, opt_state = state.params["network"], optimizer.init(state.params["network"])
     assert optax.tree.norm(grads(network)) > 10 * config.max_grad_norm
     for _ in range(2):
         state = update(state)
-        updates, opt_state = optimizer.update(grads(network), opt_state, network)
-        network = optax.apply_updates(network, updates)
+        network, opt_state = per_leaf_update(network, opt_state)
         jax.tree.map(
             lambda ours, reference: np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-7),
             state.params["network"],
             network,
         )
-    assert not np.allclose(
-        jax.tree.leaves(network)[0], jax.tree.leaves(a2c.init(jax.random.key(0), config).params["network"])[0]
-    )
+    assert not np.allclose(jax.tree.leaves(network)[0], jax.tree.leaves(initial.params["network"])[0])
 
 
 @pytest.mark.slow
@@ -337,7 +341,8 @@ def test_bad_hyperparameter_names_the_field(field, value):
 
 def solved(config, module, threshold, seeds=5):
     """Final mean evaluation return of each of ``seeds`` vmapped seeds, and whether a
-    majority (4 of 5) reached ``threshold``."""
+    majority (4 of 5) reached ``threshold``. The configs evaluate once, at the end: the
+    final evaluation is the same with more evaluations along the way."""
     keys = jax.random.split(jax.random.key(42), seeds)
     out = jax.jit(jax.vmap(module.train, in_axes=(0, None)))(keys, config)
     eval_return = np.asarray(out.metrics["eval_return"])[:, -1]
@@ -348,7 +353,7 @@ def solved(config, module, threshold, seeds=5):
 def test_a2c_solves_cartpole_200():
     """A2C, 16 envs x 8 steps, GAE(0.95): mean eval return >= 195 on 200-step CartPole
     within 100k steps in 4 of 5 seeds."""
-    config = a2c.Config(env_kwargs=CARTPOLE_200, total_timesteps=100_000, num_reports=0)
+    config = a2c.Config(env_kwargs=CARTPOLE_200, total_timesteps=100_000, num_evals=1, num_reports=0)
     returns, ok = solved(config, a2c, 195.0)
     assert ok, returns
 
@@ -357,7 +362,7 @@ def test_a2c_solves_cartpole_200():
 def test_reinforce_solves_cartpole_200():
     """REINFORCE with a baseline, 8 whole episodes per update: mean eval return >= 195 on
     200-step CartPole within 150k simulated steps in 4 of 5 seeds."""
-    config = reinforce.Config(env_kwargs=CARTPOLE_200, total_timesteps=150_000, num_reports=0)
+    config = reinforce.Config(env_kwargs=CARTPOLE_200, total_timesteps=150_000, num_evals=1, num_reports=0)
     returns, ok = solved(config, reinforce, 195.0)
     assert ok, returns
 
@@ -368,7 +373,7 @@ def test_impala_learns_cartpole(policy_lag):
     """IMPALA (V-trace, rho_bar = c_bar = 1), 16 envs x 8 steps: mean eval return >= 200
     on CartPole-v1 (random play: about 20) within 200k steps in 4 of 5 seeds, with
     actors in step with the learner and 4 updates behind it."""
-    config = impala.Config(policy_lag=policy_lag, total_timesteps=200_000, num_reports=0)
+    config = impala.Config(policy_lag=policy_lag, total_timesteps=200_000, num_evals=1, num_reports=0)
     returns, ok = solved(config, impala, 200.0)
     assert ok, returns
 

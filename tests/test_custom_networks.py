@@ -60,12 +60,13 @@ def test_bc_policy_on_the_users_torso():
 def test_each_network_has_its_own_copy():
     """PPO's actor and critic, SAC's actor and twin critics each hold their own weights;
     the critics read the torso's features beside the action."""
-    params = ppo.init(jax.random.key(0), ppo.Config(network=custom_torsos.Residual(width=8))).params["network"]
+    init = jax.jit(ppo.init, static_argnames="config")  # one program, not the init's ops one by one
+    params = init(jax.random.key(0), ppo.Config(network=custom_torsos.Residual(width=8))).params["network"]
     actor, critic = params["params"]["actor_torso"], params["params"]["critic_torso"]
     assert jax.tree.map(jnp.shape, actor) == jax.tree.map(jnp.shape, critic)
     assert not np.array_equal(actor["Dense_0"]["kernel"], critic["Dense_0"]["kernel"])
     config = sac.Config(env_id="Pendulum-v1", network=custom_torsos.Residual(width=8))
-    state = sac.init(jax.random.key(0), config)
+    state = jax.eval_shape(lambda key: sac.init(key, config), jax.random.key(0))  # shapes only
     critic = flax.traverse_util.flatten_dict(state.critic_params)
     encoder = [path for path in critic if "encoder" in path and path[-1] == "kernel" and "Dense_0" in path]
     assert encoder and critic[encoder[0]].shape[0] == 2  # twin critics, an encoder each
@@ -96,8 +97,8 @@ OFF_POLICY_SMALL = dict(hidden_sizes=(16, 16), learning_starts=64, buffer_size=2
 def test_the_built_in_network_given_as_a_users_trains_identically(module, built_in, config):
     """The built-in MLP passed as a user's torso, or the built-in networks passed as a
     whole network (``Whole``), build the same parameters in the same places, so training
-    is bit for bit the built-in network's."""
-    base = module.Config(num_evals=1, eval_episodes=2, num_reports=0, **config)
+    is bit for bit the built-in network's (acting included: collection acts with it)."""
+    base = module.Config(num_evals=0, num_reports=0, **config)  # no evaluation branch to compile
     ours = jax.jit(module.train)(jax.random.key(3), base.replace(network=built_in))
     theirs = jax.jit(module.train)(jax.random.key(3), base)
     assert jax.tree.structure(ours.state.params) == jax.tree.structure(theirs.state.params)
@@ -145,7 +146,8 @@ def test_a_whole_network_trains(module, config):
     """DQN's ``net(obs) -> q`` and discrete SAC's ``actor(obs) -> logits`` and ``critic(obs)
     -> q`` (two copies) train: finite parameters that moved."""
     config = module.Config(**OFF_POLICY_SMALL, num_evals=0, num_reports=0, **config)
-    before = module.init(jax.random.key(0), config)
+    init_key, _ = jax.random.split(jax.random.key(0))  # the key train() initialises from
+    before = jax.jit(module.init, static_argnames="config")(init_key, config)
     after = jax.jit(module.train)(jax.random.key(0), config).state
     assert _module_paths(after.params, "Residual")
     moved = [not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(before.params), jax.tree.leaves(after.params))]

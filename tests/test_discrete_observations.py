@@ -115,7 +115,7 @@ def test_categories_get_no_observation_statistics():
 @pytest.mark.slow
 def test_dqn_takes_one_hot_observations():
     config = dqn.Config(env_id=ENV_ID, num_envs=2, hidden_sizes=(8,), num_evals=0, num_reports=0)
-    state = dqn.init(jax.random.key(0), config)
+    state = jax.jit(dqn.init, static_argnums=1)(jax.random.key(0), config)  # one program, not op by op
     kernel = state.params["network"]["params"]["MLP_0"]["Dense_0"]["kernel"]
     assert kernel.shape[0] == NUM_CUES
     action, _ = dqn.act(state.params, jnp.arange(2, dtype=jnp.int32), (), jax.random.key(1), config)

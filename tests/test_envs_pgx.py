@@ -67,14 +67,18 @@ def test_moves_follow_pgx_and_the_opponent_replies_legally(tic_tac_toe):
 
 @pytest.mark.slow
 def test_resets_draw_new_games_and_vmap_over_seeds(tic_tac_toe):
-    env, params, reset, step = tic_tac_toe
-    keys = jax.random.split(jax.random.key(3), 8)
-    obs, state = jax.vmap(reset, in_axes=(0, None))(keys, params)
+    env, params, *_ = tic_tac_toe
+
+    @jax.jit
+    def reset_then_step(keys):  # one program: the vmapped reset, then a vmapped legal move
+        obs, state = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
+        action = jnp.argmax(obs["action_mask"], axis=-1)
+        return obs, jax.vmap(env.step, in_axes=(0, 0, 0, None))(keys, state, action, params)
+
+    obs, out = reset_then_step(jax.random.split(jax.random.key(3), 8))
     assert obs["observation"].shape == (8, 3, 3, 2) and obs["observation"].dtype == jnp.float32
     assert obs["action_mask"].shape == (8, 9) and obs["action_mask"].dtype == jnp.bool_
     assert len({bytes(np.asarray(o)) for o in obs["observation"]}) > 1  # different openings
-    action = jnp.argmax(obs["action_mask"], axis=-1)
-    out = jax.vmap(step, in_axes=(0, 0, 0, None))(keys, state, action, params)
     assert out[2].shape == (8,) and out[3].dtype == jnp.bool_
 
 

@@ -30,7 +30,7 @@ def test_ou_noise_matches_a_numpy_loop():
 @pytest.mark.slow
 def test_act_adds_the_carried_noise_and_deterministic_act_leaves_it_alone():
     config = td3.Config(env_id="MountainCarContinuous-v0", **OU)
-    params = td3.init(jax.random.key(0), config).params
+    params = jax.jit(td3.init, static_argnames="config")(jax.random.key(0), config).params  # not op by op
     obs = jax.random.uniform(jax.random.key(1), (4, 2), minval=-0.5, maxval=0.05)
     carry = td3.initial_carry(config, 4)
     assert set(carry) == {"noise"} and carry["noise"].shape == (4, 1)
@@ -49,7 +49,7 @@ def test_rollouts_restart_the_noise_where_an_episode_ends():
     """The noise is the policy's carry: zero entering each episode's first step, and
     carried on (nonzero) within an episode."""
     config = ddpg.Config(env_id="Pendulum-v1", env_kwargs={"max_steps_in_episode": 7}, **OU)
-    state = ddpg.init(jax.random.key(0), config)
+    state = jax.jit(ddpg.init, static_argnames="config")(jax.random.key(0), config)  # not op by op
     env, env_params = offpolicy.make_env(config)
 
     def policy(obs, carry, key):

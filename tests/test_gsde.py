@@ -39,7 +39,13 @@ def perturbed(params, key, scale=0.5):
 def initial_params():
     """Each algorithm's parameters at initialisation (of :data:`PPO` and :data:`SAC`),
     shared by the acting tests: their shapes do not depend on ``sde.sample_freq``."""
-    return {"ppo": ppo.init(jax.random.key(0), PPO).params, "sac": sac.init(jax.random.key(0), SAC).params}
+    return {"ppo": init_params(ppo, PPO), "sac": init_params(sac, SAC)}
+
+
+def init_params(algo, config):
+    """``algo.init``'s parameters, compiled as one program (op by op, each of the init's
+    many small operations compiles on its own, which takes longer)."""
+    return jax.jit(lambda key: algo.init(key, config).params)(jax.random.key(0))
 
 
 def np_normal_log_prob(x, loc, scale):
@@ -126,7 +132,8 @@ def test_act_adds_the_features_times_the_carried_matrix(name, initial_params):
     carry = algo.initial_carry(config, 6)
     assert carry["sde"]["matrix"].shape == (6, 8, 1) and carry["sde"]["steps"].dtype == jnp.int32
 
-    action, next_carry = algo.act(params, obs, carry, jax.random.key(3), config)
+    act = jax.jit(algo.act, static_argnames=("config", "deterministic"))  # one program, not op by op
+    action, next_carry = act(params, obs, carry, jax.random.key(3), config=config)
     z, mean, log_std = np_policy(params, np.asarray(obs, np.float64))
     matrix = np.asarray(next_carry["sde"]["matrix"], np.float64)
     assert np.all(matrix != 0.0)  # drawn at the episode's first step
@@ -139,7 +146,7 @@ def test_act_adds_the_features_times_the_carried_matrix(name, initial_params):
     assert np.std(noise) > 0.05  # the noise is visible beside the tolerance
     np.testing.assert_allclose(action, expected, rtol=1e-4, atol=1e-5)
 
-    mode, same = algo.act(params, obs, next_carry, jax.random.key(4), config, deterministic=True)
+    mode, same = act(params, obs, next_carry, jax.random.key(4), config=config, deterministic=True)
     np.testing.assert_allclose(mode, expected_mode, rtol=1e-4, atol=1e-5)
     assert same is next_carry or jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.all(a == b)), same, next_carry))
 

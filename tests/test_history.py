@@ -24,7 +24,8 @@ from jaxrl.algorithms import dqn, ppo
 from jaxrl.workflow import cli
 
 N, T, LIMIT = 4, 40, 12  # envs, steps, time limit: random CartPole both terminates and truncates in T steps
-TINY = dict(num_envs=2, total_timesteps=64, hidden_sizes=(8,), num_evals=1, eval_episodes=1, num_reports=0)
+# No evaluation branch to compile: the tests that train read the training state only.
+TINY = dict(num_envs=2, total_timesteps=64, hidden_sizes=(8,), num_evals=0, eval_episodes=1, num_reports=0)
 
 
 # ----------------------------------------------------------------------------- rollouts

@@ -102,9 +102,13 @@ CONFIG = ppo.Config(
 )
 
 
+# ``init`` compiled once per config: run op by op, its many small operations each compile.
+init_ppo = jax.jit(ppo.init, static_argnums=1)
+
+
 @pytest.fixture(scope="module")
 def rollout_data():
-    state = ppo.init(jax.random.key(0), CONFIG)
+    state = init_ppo(jax.random.key(0), CONFIG)
     state = state.replace(carry=state.carry + 0.5)  # a non-zero carry entering t = 0
     collect = jax.jit(lambda s, k: onpolicy.collect(s, s.params, k, CONFIG))
     next_state, trajectory = collect(state, jax.random.key(1))
@@ -161,11 +165,16 @@ def test_sequence_minibatches_use_every_step_once_and_reproduce_the_rollout(roll
     T, N, L = CONFIG.num_steps, CONFIG.num_envs, CONFIG.chunk_length
     index = jnp.arange(T * N).reshape(T, N)  # t * N + n
     batch = {"obs": trajectory.obs, "action": trajectory.action, "log_prob": trajectory.extras["log_prob"]}
-    rows = ppo.minibatch_rows({**batch, "index": index, "value": trajectory.extras["value"]}, trajectory, CONFIG)
+
+    @jax.jit
+    def rows_and_minibatches(batch, trajectory):
+        rows = ppo.minibatch_rows(batch, trajectory, CONFIG)
+        return rows, onpolicy.shuffled_minibatches(jax.random.key(3), rows, CONFIG.num_minibatches)
+
+    rows, minibatches = rows_and_minibatches({**batch, "index": index, "value": trajectory.extras["value"]}, trajectory)
     assert rows["index"].shape == (T * N // L, L)
     for chunk in np.asarray(rows["index"]):  # one env's consecutive steps
         assert len(set(chunk % N)) == 1 and np.all(np.diff(chunk // N) == 1)
-    minibatches = onpolicy.shuffled_minibatches(jax.random.key(3), rows, CONFIG.num_minibatches)
     assert minibatches["index"].shape == (CONFIG.num_minibatches, T * N // L // CONFIG.num_minibatches, L)
     assert sorted(np.asarray(minibatches["index"]).ravel().tolist()) == list(range(T * N))
     evaluate = jax.jit(lambda p, mb: ppo.minibatch_policy_and_value(p, mb, CONFIG))
@@ -198,12 +207,13 @@ def test_separate_actor_and_critic_memories_reproduce_the_rollout():
     carries side by side; re-running the rollout's sequences from the stored carries
     gives back its log-probabilities and values."""
     config = CONFIG.replace(memory="lstm", shared_memory=False)
-    state = ppo.init(jax.random.key(0), config)
+    state = init_ppo(jax.random.key(0), config)
     assert {"actor_core", "critic_core"} <= set(state.params["network"]["params"])
     assert jax.tree.map(jnp.shape, state.carry) == {"actor": ((3, 6), (3, 6)), "critic": ((3, 6), (3, 6))}
     _, trajectory = jax.jit(lambda s, k: onpolicy.collect(s, s.params, k, config))(state, jax.random.key(1))
     batch = {"obs": trajectory.obs, "action": trajectory.action, **trajectory.extras}
-    rows = ppo.minibatch_rows({k: batch[k] for k in ("obs", "action", "log_prob", "value")}, trajectory, config)
+    batch = {k: batch[k] for k in ("obs", "action", "log_prob", "value")}
+    rows = jax.jit(lambda b, t: ppo.minibatch_rows(b, t, config))(batch, trajectory)
     distribution, value = jax.jit(lambda p, r: ppo.minibatch_policy_and_value(p, r, config))(state.params, rows)
     np.testing.assert_allclose(distribution.log_prob(rows["action"]), rows["log_prob"], atol=1e-5)
     np.testing.assert_allclose(value, rows["value"], rtol=1e-4, atol=1e-5)
@@ -248,7 +258,7 @@ def test_a_recurrent_run_resumes_bit_for_bit(tmp_path):
 def test_every_algorithm_acts_with_a_carry():
     obs = jnp.zeros((5, 4))
     action, carry = ppo.act(
-        ppo.init(jax.random.key(0), CONFIG).params, obs, ppo.initial_carry(CONFIG, 5), jax.random.key(1), CONFIG
+        init_ppo(jax.random.key(0), CONFIG).params, obs, ppo.initial_carry(CONFIG, 5), jax.random.key(1), CONFIG
     )
     assert action.shape == (5,) and carry.shape == (5, CONFIG.memory_size)
     lstm = CONFIG.replace(memory="lstm")
@@ -291,7 +301,7 @@ def test_recurrent_ppo_solves_masked_cartpole_where_feed_forward_cannot():
     seeds. Feed-forward PPO at the same settings and budget stays below 200 in every
     seed: without memory it cannot tell which way the pole moves."""
     keys = jax.random.split(jax.random.key(0), 4)
-    recurrent = ppo.preset("MaskedCartPole-v1", num_evals=5, eval_episodes=20, num_reports=0)
+    recurrent = ppo.preset("MaskedCartPole-v1", num_evals=1, eval_episodes=20, num_reports=0)  # the final one
     assert recurrent.total_timesteps == 500_000 and recurrent.memory == "gru"
     final = final_eval(jax.jit(jax.vmap(ppo.train, in_axes=(0, None)))(keys, recurrent))
     assert (final >= 400).sum() >= 3, final

@@ -115,7 +115,7 @@ SMALL = dict(
 @pytest.mark.parametrize("memory", ["none", "gru"])
 def test_act_gives_int32_choices_within_range(memory):
     config = ppo.Config(**SMALL, memory=memory, memory_size=8)
-    state = ppo.init(jax.random.key(0), config)
+    state = jax.jit(ppo.init, static_argnums=1)(jax.random.key(0), config)  # one program, not op by op
     for deterministic in (False, True):
         action, carry = ppo.act(
             state.params, state.obs, state.carry, jax.random.key(1), config, deterministic=deterministic

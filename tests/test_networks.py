@@ -1,5 +1,10 @@
 """Network shapes and initialisation (the orthogonal initializer against NumPy's QR),
-and forward-mode derivatives of every network against finite differences."""
+and forward-mode derivatives of every network against finite differences.
+
+Compiles dominate on a 2-core CPU: shape checks trace with ``jax.eval_shape`` (nothing
+compiles). The forward-mode and the uint8 checks stay op by op: one jitted program of
+a CNN's or a recurrent core's init and jvp compiles slower than its ops one by one.
+"""
 
 import jax
 import jax.numpy as jnp
@@ -14,16 +19,16 @@ from jaxrl.networks import MLP, ActorCritic, MinAtarCNN
 def test_mlp_flattens_observation_dims():
     net = MLP((32, 16), "relu", obs_ndim=2)
     x = jnp.ones((5, 3, 4))
-    params = net.init(jax.random.key(0), x)
-    assert net.apply(params, x).shape == (5, 16)
+    params = jax.eval_shape(net.init, jax.random.key(0), x)
+    assert jax.eval_shape(net.apply, params, x).shape == (5, 16)
 
 
 @pytest.mark.slow
 def test_minatar_cnn_shapes():
     net = MinAtarCNN((64,))
     x = jnp.ones((2, 7, 10, 10, 4))  # extra leading batch dims are kept
-    params = net.init(jax.random.key(0), x)
-    assert net.apply(params, x).shape == (2, 7, 64)
+    params = jax.eval_shape(net.init, jax.random.key(0), x)
+    assert jax.eval_shape(net.apply, params, x).shape == (2, 7, 64)
 
 
 @pytest.mark.slow
@@ -31,8 +36,7 @@ def test_minatar_cnn_shapes():
 def test_actor_critic_discrete(network, obs_shape):
     net = ActorCritic(action_dim=3, discrete=True, network=network, hidden_sizes=(32,), obs_ndim=len(obs_shape))
     obs = jax.random.normal(jax.random.key(1), (6,) + obs_shape)
-    params = net.init(jax.random.key(0), obs)
-    logits, value, carry = net.apply(params, obs)
+    logits, value, carry = jax.jit(lambda key, obs: net.apply(net.init(key, obs), obs))(jax.random.key(0), obs)
     assert carry == ()
     assert logits.shape == (6, 3) and value.shape == (6,)
     # A small policy head: the initial policy is close to uniform.
@@ -43,8 +47,7 @@ def test_actor_critic_discrete(network, obs_shape):
 def test_actor_critic_continuous_has_state_independent_log_std():
     net = ActorCritic(action_dim=2, discrete=False, hidden_sizes=(16, 16), log_std_init=-0.5)
     obs = jax.random.normal(jax.random.key(1), (4, 3))
-    params = net.init(jax.random.key(0), obs)
-    (mean, log_std), value, _ = net.apply(params, obs)
+    (mean, log_std), value, _ = jax.jit(lambda key, obs: net.apply(net.init(key, obs), obs))(jax.random.key(0), obs)
     assert mean.shape == (4, 2) and log_std.shape == (2,) and value.shape == (4,)
     np.testing.assert_allclose(log_std, -0.5)
 
@@ -106,13 +109,13 @@ def kernel_shapes(tree, prefix=""):
 def test_nature_cnn_shapes_follow_the_layer_arithmetic(image):
     torso = networks.torso("nature_cnn", (512,), "relu", 3)
     obs = jnp.zeros((2, 5) + image, jnp.uint8)  # extra leading batch dims are kept
-    params = torso.init(jax.random.key(0), obs)
+    params = jax.eval_shape(torso.init, jax.random.key(0), obs)
     convs, features = nature_layout(*image)
     assert features == 3136 or image != (84, 84, 4)  # the paper's 7 x 7 x 64 from 84 x 84
     expected = {f"encoder/NatureEncoder_0/{name}": shape for name, shape in convs.items()}
     expected["MLP_0/Dense_0"] = (features, 512)
     assert kernel_shapes(params["params"]) == expected
-    assert torso.apply(params, obs).shape == (2, 5, 512)
+    assert jax.eval_shape(torso.apply, params, obs).shape == (2, 5, 512)
 
 
 @pytest.mark.slow
@@ -120,12 +123,12 @@ def test_nature_cnn_shapes_follow_the_layer_arithmetic(image):
 def test_impala_cnn_shapes_follow_the_layer_arithmetic(image):
     torso = networks.torso("impala_cnn", (256,), "relu", 3)
     obs = jnp.zeros((4,) + image, jnp.float32)
-    params = torso.init(jax.random.key(0), obs)
+    params = jax.eval_shape(torso.init, jax.random.key(0), obs)
     convs, features = impala_layout(*image)
     expected = {f"encoder/ImpalaEncoder_0/{name}": shape for name, shape in convs.items()}
     expected["MLP_0/Dense_0"] = (features, 256)
     assert kernel_shapes(params["params"]) == expected
-    assert len(convs) == 15 and torso.apply(params, obs).shape == (4, 256)
+    assert len(convs) == 15 and jax.eval_shape(torso.apply, params, obs).shape == (4, 256)
 
 
 @pytest.mark.slow
@@ -139,7 +142,7 @@ def test_pixel_cnn_encodes_each_image_leaf_and_flattens_the_rest(kind):
         "pixels": jnp.zeros((3, 36, 36, 1)),
     }
     torso = networks.torso(kind, (32, 16), "tanh", (3, 3, 1))
-    params = torso.init(jax.random.key(0), obs)
+    params = jax.eval_shape(torso.init, jax.random.key(0), obs)
     layout = nature_layout if kind == "nature_cnn" else impala_layout
     (image_convs, image_features), (pixel_convs, pixel_features) = layout(36, 36, 3), layout(36, 36, 1)
     encoder = "NatureEncoder" if kind == "nature_cnn" else "ImpalaEncoder"
@@ -148,7 +151,7 @@ def test_pixel_cnn_encodes_each_image_leaf_and_flattens_the_rest(kind):
     expected["MLP_0/Dense_0"] = (image_features + pixel_features + 5, 32)
     expected["MLP_0/Dense_1"] = (32, 16)
     assert kernel_shapes(params["params"]) == expected
-    assert torso.apply(params, obs).shape == (3, 16)
+    assert jax.eval_shape(torso.apply, params, obs).shape == (3, 16)
 
 
 @pytest.mark.slow
@@ -176,11 +179,11 @@ def test_pixel_cnn_errors():
 def test_continuous_q_encodes_images_then_concatenates_the_action(kind):
     q = networks.ensemble(networks.ContinuousQ, 2)((16,), "relu", (3, 1), kind)
     obs = {"image": jnp.zeros((4, 36, 36, 3)), "vector": jnp.zeros((4, 2))}
-    params = q.init(jax.random.key(0), obs, jnp.zeros((4, 3)))
+    params = jax.eval_shape(q.init, jax.random.key(0), obs, jnp.zeros((4, 3)))
     shapes = kernel_shapes(params["params"])
     features = 34 * 34 * 16 if kind == "cnn" else nature_layout(36, 36, 3)[1]
     assert shapes["MLP_0/Dense_0"] == (2, features + 2 + 3, 16)  # image features, vector, action
-    assert q.apply(params, obs, jnp.zeros((4, 3))).shape == (2, 4)
+    assert jax.eval_shape(q.apply, params, obs, jnp.zeros((4, 3))).shape == (2, 4)
 
 
 @pytest.mark.parametrize("shape", [(7, 7), (12, 5), (40, 3)])

@@ -119,8 +119,10 @@ def poisoned(trajectory, seed: int):
 
 
 def onpolicy_trajectory(module, config):
-    state = module.init(jax.random.key(0), config)
-    trajectory = onpolicy.collect(state, state.params, jax.random.key(1), config)[1]
+    """``module``'s initial state and a rollout of it, each compiled as one program (op by
+    op, their many small operations would each compile)."""
+    state = jax.jit(module.init, static_argnums=1)(jax.random.key(0), config)
+    trajectory = jax.jit(onpolicy.collect, static_argnums=3)(state, state.params, jax.random.key(1), config)[1]
     assert (~np.asarray(trajectory.valid)).sum() >= 2
     return state, trajectory
 
@@ -133,6 +135,7 @@ def test_padding_steps_do_not_reach_the_onpolicy_losses(module):
     config = module.Config(**SMALL)
     state, trajectory = onpolicy_trajectory(module, config)
 
+    @jax.jit
     def loss_and_grad(trajectory):
         if module is ppo:
             advantage, target = ppo.compute_targets(state.params, trajectory, config)
@@ -183,14 +186,14 @@ def test_replay_weights_padding_steps_zero_and_the_critic_ignores_them():
     example = jax.tree.map(lambda x: jnp.asarray(x[0, 0]), data)
     buffer = replay.add_sequence(replay.init(example, rows * lanes, lanes), jax.tree.map(jnp.asarray, data))
     config = sac.Config(env_id="Pendulum-v1", batch_size=64, hidden_sizes=(8,))
-    batch = offpolicy.sample(buffer, jax.random.key(0), config)
+    batch = jax.jit(offpolicy.sample, static_argnums=2)(buffer, jax.random.key(0), config)
     sampled_valid = np.asarray(batch["valid"])
     assert (~sampled_valid).any() and sampled_valid.any()
     np.testing.assert_array_equal(np.asarray(batch["weight"]), sampled_valid.astype(np.float32))
 
-    state = sac.init(jax.random.key(1), config)
+    state = jax.jit(sac.init, static_argnums=1)(jax.random.key(1), config)
     target = jnp.asarray(rng.normal(size=64).astype(np.float32))
-    loss = lambda target: sac.critic_loss(state.critic_params, target, batch, config)[0]  # noqa: E731
+    loss = jax.jit(lambda target: sac.critic_loss(state.critic_params, target, batch, config)[0])
     garbage = jnp.where(batch["valid"], target, 1e4)
     np.testing.assert_allclose(loss(target), loss(garbage), rtol=1e-6)
     assert not np.isclose(loss(target), loss(jnp.where(batch["valid"], 1e4, target)))

@@ -100,13 +100,15 @@ def test_update_keeps_the_fittest_candidate_against_numpy(fitness):
 @pytest.mark.slow
 def test_score_is_each_candidates_deterministic_evaluation():
     config = SMALL
-    centre = ppo_es.init(jax.random.key(0), config)
-    members, _ = ppo_es.perturb(centre, jax.random.key(1), config.replace(sigma=1.0))
+    # Each piece compiled as one program: op by op, their many small operations each compile.
+    centre = jax.jit(ppo_es.init, static_argnums=1)(jax.random.key(0), config)
+    members, _ = jax.jit(ppo_es.perturb, static_argnums=2)(centre, jax.random.key(1), config.replace(sigma=1.0))
     fitness, steps = jax.jit(ppo_es.score, static_argnums=2)(members, jax.random.key(3), config)
+    evaluate = jax.jit(ppo.evaluate, static_argnums=2)
     lengths = 0
     for i in range(config.population_size):
         member = jax.tree.map(lambda x: x[i], members.params)
-        result = ppo.evaluate(member, jax.random.key(3), config.ppo)
+        result = evaluate(member, jax.random.key(3), config.ppo)
         np.testing.assert_allclose(fitness[i], np.mean(np.asarray(result.returns)), rtol=1e-6)
         lengths += int(np.sum(np.asarray(result.lengths)))
     assert int(steps) == lengths

@@ -123,6 +123,7 @@ def ppo_metrics():
         normalize_observations=True,
         num_evals=3,
         eval_episodes=16,
+        num_reports=0,
     )
     return run(ppo, config)
 
@@ -143,6 +144,7 @@ def dqn_metrics():
         gamma=0.5,
         num_evals=3,
         eval_episodes=16,
+        num_reports=0,
     )
     return run(dqn, config)
 
@@ -159,6 +161,7 @@ def es_metrics():
         hidden_sizes=(16,),
         num_evals=3,
         eval_episodes=16,
+        num_reports=0,
     )
     metrics = run(es, config)
     # A generation's worst member: ES plays deterministic policies, masked like the evaluations.
