@@ -86,27 +86,21 @@ def test_same_key_same_result(train_small, small_run):
 
 
 @pytest.mark.slow
-def test_vmap_over_seeds_equals_separate_runs(train_small):
+def test_vmap_over_seeds_and_hyperparameters_compiles_once_and_equals_separate_runs(train_small):
+    """One program vmapped over seeds and two swept hyper-parameters together: each
+    lane equals the separate run with its key and settings, and other values of the
+    traced settings compile nothing new (neither in the sweep nor in the single run)."""
     keys = jax.random.split(jax.random.key(3), 3)
-    batched = jax.jit(jax.vmap(ppo.train, in_axes=(0, None)))(keys, SMALL)
-    for i in range(3):
-        single = train_small(keys[i], SMALL)
-        assert_trees_close(jax.tree.map(lambda x: x[i], batched.metrics), single.metrics, rtol=1e-4, atol=1e-5)
-
-
-@pytest.mark.slow
-def test_vmap_over_hyperparameters_compiles_once(train_small):
-    learning_rates = [1e-4, 1e-3, 1e-2]
-    configs = SMALL.replace(learning_rate=jnp.array(learning_rates), clip_eps=jnp.array([0.1, 0.2, 0.3]))
-    sweep = jax.jit(jax.vmap(ppo.train, in_axes=(None, sweep_axes(configs))))
-    key = jax.random.key(4)
-    out = sweep(key, configs)
-    sweep(key, configs.replace(learning_rate=jnp.array([2e-4, 2e-3, 2e-2])))
+    learning_rates, clips = [1e-4, 1e-3, 1e-2], [0.1, 0.2, 0.3]
+    configs = SMALL.replace(learning_rate=jnp.array(learning_rates), clip_eps=jnp.array(clips))
+    sweep = jax.jit(jax.vmap(ppo.train, in_axes=(0, sweep_axes(configs))))
+    out = sweep(keys, configs)
+    sweep(keys, configs.replace(learning_rate=jnp.array([2e-4, 2e-3, 2e-2])))
     assert sweep._cache_size() == 1
-    train_small(key, SMALL)
+    train_small(keys[0], SMALL)
     programs = train_small._cache_size()  # jit caches are shared per function: count new ones
-    for i, (lr, clip) in enumerate(zip(learning_rates, [0.1, 0.2, 0.3])):
-        single = train_small(key, SMALL.replace(learning_rate=lr, clip_eps=clip))
+    for i, (lr, clip) in enumerate(zip(learning_rates, clips)):
+        single = train_small(keys[i], SMALL.replace(learning_rate=lr, clip_eps=clip))
         assert_trees_close(jax.tree.map(lambda x: x[i], out.metrics), single.metrics, rtol=1e-4, atol=1e-5)
     # Other learning rates and clip ranges are traced values: no new program was compiled.
     assert train_small._cache_size() == programs
@@ -132,13 +126,36 @@ def test_policy_and_value_moved_to_onpolicy(small_run):
     np.testing.assert_array_equal(value, expected[1])
 
 
+# Pendulum with observation statistics and a wide Gaussian (its samples reach both action
+# bounds): one config, so one compiled ``step``, for the tests of the pieces of ``step``,
+# continuous actions and the statistics.
+PENDULUM = ppo.Config(
+    env_id="Pendulum-v1",
+    num_envs=2,
+    num_steps=8,
+    total_timesteps=16,
+    num_minibatches=2,
+    log_std_init=3.0,
+    normalize_observations=True,
+    num_evals=0,
+    num_reports=0,
+)
+
+
+@pytest.fixture(scope="module")
+def pendulum_step():
+    """PENDULUM's initial state, and the state and metrics after one jitted ``step``."""
+    state = ppo.init(jax.random.key(0), PENDULUM)
+    stepped, metrics = jax.jit(ppo.step, static_argnames="config")(state, jax.random.key(1), PENDULUM)
+    return state, stepped, metrics
+
+
 @pytest.mark.slow
-def test_update_is_usable_on_its_own():
+def test_update_is_usable_on_its_own(pendulum_step):
     """``step`` is collect + update (+ the observation statistics): calling the pieces
     by hand, with the keys ``step`` splits, gives the same state."""
-    config = SMALL.replace(normalize_observations=True)
-    state = ppo.init(jax.random.key(0), config)
-    stepped, metrics = jax.jit(ppo.step, static_argnames="config")(state, jax.random.key(1), config)
+    config = PENDULUM
+    state, stepped, metrics = pendulum_step
     assert set(metrics) >= {"policy_loss", "value_loss", "episode_return", "timesteps"}
     assert int(stepped.timesteps) == config.num_envs * config.num_steps
 
@@ -156,19 +173,9 @@ def test_update_is_usable_on_its_own():
 
 
 @pytest.mark.slow
-def test_continuous_actions_are_clipped_to_bounds():
-    config = ppo.Config(
-        env_id="Pendulum-v1",
-        num_envs=2,
-        num_steps=8,
-        total_timesteps=16,
-        num_minibatches=2,
-        log_std_init=3.0,
-        num_evals=0,
-        num_reports=0,
-    )
-    state = ppo.init(jax.random.key(0), config)
-    action, _ = ppo.act(state.params, jnp.zeros((1000, 3)), (), jax.random.key(0), config)
+def test_continuous_actions_are_clipped_to_bounds(pendulum_step):
+    params = pendulum_step[0].params
+    action, _ = ppo.act(params, jnp.zeros((1000, 3)), (), jax.random.key(0), PENDULUM)
     assert action.shape == (1000, 1)
     assert float(action.min()) == -2.0 and float(action.max()) == 2.0
 
@@ -222,9 +229,11 @@ def _final_eval(metrics):
 
 @pytest.mark.slow
 def test_learns_cartpole():
-    """CartPole-v1, default config, 500k steps: final deterministic evaluation return
-    (mean of 10 episodes) >= 475 in at least 4 of 5 seeds."""
-    config = ppo.Config(env_id="CartPole-v1", num_reports=0)
+    """CartPole-v1, default config at 300k steps (not its 500k): final deterministic
+    evaluation return (mean of 10 episodes) >= 475 in at least 4 of 5 seeds. In trials
+    over 8 seeds (jax.random.key(42)) all 8 ended at 500 with 300k steps, 6 of 8 at >= 475
+    with 200k."""
+    config = ppo.Config(env_id="CartPole-v1", total_timesteps=300_000, num_evals=1, num_reports=0)
     keys = jax.random.split(jax.random.key(42), 5)
     out = jax.jit(jax.vmap(ppo.train, in_axes=(0, None)))(keys, config)
     final = _final_eval(out.metrics)
@@ -241,7 +250,7 @@ def test_learns_pendulum():
     of 100 seeds passed (keys 3 and 5: 40 seeds each, key 7: 20), so 4 of 5 holds for
     about 98% of draws and a change that only reorders floating-point sums is unlikely
     to fail this test."""
-    config = ppo.preset("Pendulum-v1", num_reports=0, eval_episodes=50)
+    config = ppo.preset("Pendulum-v1", num_reports=0, num_evals=1, eval_episodes=50)  # only the final one counts
     assert config.total_timesteps == 300_000
     keys = jax.random.split(jax.random.key(42), 5)
     out = jax.jit(jax.vmap(ppo.train, in_axes=(0, None)))(keys, config)
@@ -250,22 +259,11 @@ def test_learns_pendulum():
 
 
 @pytest.mark.slow
-def test_observation_statistics_live_in_params():
+def test_observation_statistics_live_in_params(pendulum_step):
     """With normalize_observations, ``step`` folds each rollout's raw observations into
     ``params["obs_stats"]`` (after the update), so ``act`` needs nothing but params."""
-    config = ppo.Config(
-        env_id="Pendulum-v1",
-        num_envs=2,
-        num_steps=8,
-        total_timesteps=16,
-        num_minibatches=2,
-        normalize_observations=True,
-        num_evals=0,
-        num_reports=0,
-    )
-    state = ppo.init(jax.random.key(0), config)
+    state, stepped, _ = pendulum_step
     obs_before = np.asarray(state.obs)
-    stepped, _ = jax.jit(ppo.step, static_argnames="config")(state, jax.random.key(1), config)
     stats = stepped.params["obs_stats"]
     np.testing.assert_allclose(float(stats.count), 16 + 1e-4, rtol=1e-6)
     assert np.all(np.abs(np.asarray(stats.mean)) <= 8.0)  # Pendulum's observation bounds

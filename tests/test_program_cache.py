@@ -3,8 +3,10 @@
 A run whose programs come from the cache must equal a run that traces them, bit for bit;
 the key must separate what changes the program; a damaged entry, or a program with host
 callbacks, falls back to tracing. In-process tests point the cache at a temporary
-directory (JAX's own persistent cache stays off); one test runs two fresh processes, as
-a user's rerun does."""
+directory; the runs among them turn JAX's own persistent cache on too, as the command
+line does (one directory for the module: a program loaded again compiles to the
+executable XLA made of it the first time); the rest keep it off. One test runs two
+fresh processes, as a user's rerun does."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import textwrap
 import jax
 import numpy as np
 import pytest
+from jax.experimental.compilation_cache import compilation_cache
 from test_runner import leaves, small_bc_run
 
 from jaxrl import loop
@@ -92,7 +95,28 @@ def cache(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_a_rerun_loads_its_programs_and_equals_the_traced_run(traced_runs, cache, monkeypatch):
+@pytest.fixture(scope="module")
+def xla_cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("xla-cache")
+
+
+@pytest.fixture
+def xla_cache(xla_cache_dir):
+    """JAX's persistent cache on, in this module's directory, for every program however
+    quickly it compiles; off again after the test."""
+    previous = jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs
+    jax.config.update("jax_compilation_cache_dir", str(xla_cache_dir))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    compilation_cache.reset_cache()
+    try:
+        yield xla_cache_dir
+    finally:
+        jax.config.update("jax_compilation_cache_dir", previous[0])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", previous[1])
+        compilation_cache.reset_cache()  # JAX keeps using a cache it has opened otherwise
+
+
+def test_a_rerun_loads_its_programs_and_equals_the_traced_run(traced_runs, cache, xla_cache, monkeypatch):
     counter = Counter(monkeypatch)
     first = fresh_run(make_config(learning_rate=1e-3))
     entries = {path: path.stat().st_mtime_ns for path in cache.iterdir()}
@@ -128,7 +152,7 @@ def test_a_rerun_loads_its_programs_and_equals_the_traced_run(traced_runs, cache
     assert counter.traces == 3
 
 
-def test_a_progress_bar_run_is_cached_too(cache, monkeypatch, capsys):
+def test_a_progress_bar_run_is_cached_too(cache, xla_cache, monkeypatch, capsys):
     """The runner shows progress between chunks and leaves the config's in-program
     reports (host callbacks, which neither cache can keep) out of its chunks."""
     config = make_config(learning_rate=1e-3, num_reports=5, num_evals=0)
@@ -288,7 +312,7 @@ def test_identity_leaves_out_what_it_cannot_describe():
     assert runner._program_identity(bc, bc.Config(dataset_path="expert.npz")) is not None
 
 
-def test_a_bc_run_from_a_dataset_or_its_file_is_loaded_and_equal(cache, monkeypatch, tmp_path):
+def test_a_bc_run_from_a_dataset_or_its_file_is_loaded_and_equal(cache, xla_cache, monkeypatch, tmp_path):
     from jaxrl import data
 
     dataset, config = small_bc_run()

@@ -1,5 +1,9 @@
 """Sweeps and PBT in chunks: logged per lane with its hyper-parameters, checkpointed, and
-resumed after the process is killed, equal bit for bit to the run that never stopped."""
+resumed after the process is killed, equal bit for bit to the run that never stopped.
+
+This module's processes share JAX's persistent cache in one directory (jaxrl's program
+cache stays off in-process), so that a killed process and a resume load what the
+uninterrupted run compiled: ``pbt.train`` compiles its programs anew at every call."""
 
 from __future__ import annotations
 
@@ -12,9 +16,10 @@ import jax
 import numpy as np
 import pytest
 from interrupt import kill_after_checkpoints
+from jax.experimental.compilation_cache import compilation_cache
 
 from jaxrl.algorithms import ppo
-from jaxrl.workflow import pbt, saved, sweep
+from jaxrl.workflow import pbt, program_cache, saved, sweep
 from jaxrl.workflow.options import RunOptions
 
 pytestmark = pytest.mark.slow  # compiles or runs whole training programs: see pyproject.toml
@@ -37,6 +42,36 @@ SEEDS = 2
 PBT_CONFIG = SWEEP_CONFIG.replace(total_timesteps=1024)
 BOUNDS = {"learning_rate": (1e-4, 3e-3), "ent_coef": (1e-4, 0.05)}
 POPULATION, INTERVAL = 4, 4
+
+
+def use_cache(directory) -> None:
+    """JAX's persistent cache in ``directory``, for every program however quickly it
+    compiles, and jaxrl's program cache off: a process of this module compiles, or loads,
+    the programs an in-process run traces."""
+    jax.config.update("jax_compilation_cache_dir", str(directory))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    program_cache.directory = lambda: None
+    compilation_cache.reset_cache()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cache_dir(tmp_path_factory):
+    """This module's cache directory, on for its tests (the command line's too) and off again after."""
+    directory = tmp_path_factory.mktemp("xla-cache")
+    previous = jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(program_cache, "directory", program_cache.directory)  # put back after the module
+        patch.setenv("JAXRL_CACHE_DIR", str(directory))
+        use_cache(directory)
+        yield directory
+    jax.config.update("jax_compilation_cache_dir", previous[0])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", previous[1])
+    compilation_cache.reset_cache()  # JAX keeps using a cache it has opened otherwise
+
+
+def killed(run: str, logdir, cache) -> str:
+    """The call, for :func:`interrupt.kill_after_checkpoints`, of ``run(logdir)`` with this module's cache."""
+    return f"t.use_cache({str(cache)!r}); t.{run}({str(logdir)!r})"
 
 
 def run_sweep(logdir, resume=False):
@@ -112,10 +147,10 @@ def test_sweep_logs_one_row_per_lane_with_its_setting(straight_sweep):
         assert (logged == "" and np.isnan(expected)) or float(logged) == pytest.approx(expected, rel=1e-6)
 
 
-def test_a_killed_sweep_resumes_to_the_uninterrupted_sweep(straight_sweep, tmp_path):
+def test_a_killed_sweep_resumes_to_the_uninterrupted_sweep(straight_sweep, cache_dir, tmp_path):
     straight_dir, straight = straight_sweep
     logdir = tmp_path / "run"
-    kill_after_checkpoints("test_resume_sweeps", f"t.run_sweep({str(logdir)!r})", tmp_path)
+    kill_after_checkpoints("test_resume_sweeps", killed("run_sweep", logdir, cache_dir), tmp_path)
     resumed = run_sweep(logdir, resume=True)
     for name, values in straight.metrics.items():
         np.testing.assert_array_equal(resumed.metrics[name], values, err_msg=name)
@@ -165,10 +200,10 @@ def test_pbt_in_chunks_logs_each_members_hyperparameters_and_lineage(straight_pb
         assert float(row["pbt_parent"]) == result.parents[round_index, member]
 
 
-def test_a_killed_population_resumes_to_the_uninterrupted_one(straight_pbt, tmp_path):
+def test_a_killed_population_resumes_to_the_uninterrupted_one(straight_pbt, cache_dir, tmp_path):
     straight_dir, straight = straight_pbt
     logdir = tmp_path / "run"
-    kill_after_checkpoints("test_resume_sweeps", f"t.run_pbt({str(logdir)!r})", tmp_path)
+    kill_after_checkpoints("test_resume_sweeps", killed("run_pbt", logdir, cache_dir), tmp_path)
     resumed = run_pbt(logdir, resume=True)
     for name, values in straight.metrics.items():
         np.testing.assert_array_equal(resumed.metrics[name], values, err_msg=name)
@@ -202,7 +237,10 @@ def test_pbt_chunking_errors_are_clear():
 
 # ----------------------------------------------------------------------------- command line
 
+# SWEEP_CONFIG and SEEDS: the command-line runs below are the in-process ones, and take
+# their programs (the sweep's from this process, the population's from the cache).
 SMALL = [
+    "--no-preset",
     "--seeds",
     "2",
     "--set",
@@ -219,6 +257,8 @@ SMALL = [
     "num_epochs=2",
     "--set",
     "normalize_observations=true",
+    "--set",
+    "num_reports=0",
 ]
 
 
@@ -241,16 +281,18 @@ def test_cli_pbt_trains_a_population_and_logs_its_members(tmp_path, capsys):
     from jaxrl.workflow import cli
 
     logdir = tmp_path / "pbt"
-    command = ["pbt", "ppo", "--total-timesteps", "1024", *SMALL, "--bounds", "lr=1e-4:3e-3", "--population", "4"]
-    command += ["--interval", "4", "--logdir", str(logdir), "--checkpoint-every", "1", "--out", str(tmp_path / "m.csv")]
+    command = ["pbt", "ppo", "--total-timesteps", "1024", *SMALL, "--population", "4", "--interval", "4"]
+    command += ["--bounds", "lr=1e-4:3e-3", "--bounds", "ent_coef=1e-4:0.05"]  # BOUNDS
+    command += ["--logdir", str(logdir), "--checkpoint-every", "1", "--out", str(tmp_path / "m.csv")]
     assert cli.main(command) == 0
     out = capsys.readouterr().out
-    assert "member learning_rate eval_return last_score lineage" in " ".join(out.split())
+    assert "member learning_rate ent_coef eval_return last_score lineage" in " ".join(out.split())
     with open(tmp_path / "m.csv") as f:
         members = list(csv.DictReader(f))
     assert [int(m["member"]) for m in members] == [0, 1, 2, 3]
     for member in members:  # bounds in float32
-        assert 1e-4 * (1 - 1e-6) <= float(member["learning_rate"]) <= 3e-3 * (1 + 1e-6)
+        for field, (low, high) in BOUNDS.items():
+            assert low * (1 - 1e-6) <= float(member[field]) <= high * (1 + 1e-6)
         assert len(member["lineage"].split("-")) == 5  # rounds + 1
     header = (logdir / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"pbt_learning_rate", "pbt_score", "pbt_parent"} <= set(header)

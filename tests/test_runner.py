@@ -2,7 +2,10 @@
 
 The runs are tiny (a few thousand env steps) and share their compiled chunks through
 module-scoped fixtures; the crash-and-resume tests run the interrupted and the resumed
-halves in fresh processes, as a user's job would."""
+halves in fresh processes, as a user's job would. The module's processes share JAX's
+persistent cache in one directory (jaxrl's program cache stays off), so that those
+processes, and runs whose programs are the same for another config, load what this
+process compiled."""
 
 from __future__ import annotations
 
@@ -19,9 +22,10 @@ import textwrap
 import jax
 import numpy as np
 import pytest
+from jax.experimental.compilation_cache import compilation_cache
 
 from jaxrl.algorithms import a2c, dqn, ppo
-from jaxrl.workflow import cli, metrics, runner
+from jaxrl.workflow import cli, metrics, program_cache, runner
 from jaxrl.workflow import logging as jaxrl_logging
 from jaxrl.workflow.checkpoint import Checkpoints
 from jaxrl.workflow.options import RunOptions
@@ -56,6 +60,30 @@ def make_config(name: str):
         num_evals=4,
         num_reports=0,
     )
+
+
+def use_cache(directory) -> None:
+    """JAX's persistent cache in ``directory``, for every program however quickly it
+    compiles, and jaxrl's program cache off: a process of this module compiles, or loads,
+    the programs a run traces."""
+    jax.config.update("jax_compilation_cache_dir", str(directory))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    program_cache.directory = lambda: None
+    compilation_cache.reset_cache()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cache_dir(tmp_path_factory):
+    """This module's cache directory, on for its tests and off again after."""
+    directory = tmp_path_factory.mktemp("xla-cache")
+    previous = jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(program_cache, "directory", program_cache.directory)  # put back after the module
+        use_cache(directory)
+        yield directory
+    jax.config.update("jax_compilation_cache_dir", previous[0])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", previous[1])
+    compilation_cache.reset_cache()  # JAX keeps using a cache it has opened otherwise
 
 
 def straight_run(name: str, logdir):
@@ -403,11 +431,11 @@ def test_an_unknown_target_metric_is_a_clear_error():
 CRASHING_SAVE = """
 import os, sys
 sys.path.insert(0, {tests!r})
-import jax
-jax.config.update("jax_compilation_cache_dir", {cache!r})
 from orbax.checkpoint._src.path import atomicity
 from jaxrl.workflow import runner
-from test_runner import CHUNK, SEEDS, RunOptions, make_config
+from test_runner import CHUNK, SEEDS, RunOptions, make_config, use_cache
+
+use_cache({cache!r})
 
 async def crash_on_second_commit(source, target):
     # Dies with the second checkpoint (step 2 * CHUNK) fully written to its temporary
@@ -425,10 +453,11 @@ runner.run({name!r}, make_config({name!r}), seeds=SEEDS, chunk_iterations=CHUNK,
 RESUME = """
 import sys
 sys.path.insert(0, {tests!r})
-import jax, numpy as np
-jax.config.update("jax_compilation_cache_dir", {cache!r})
+import numpy as np
 from jaxrl.workflow import runner
-from test_runner import CHUNK, SEEDS, RunOptions, leaves, make_config
+from test_runner import CHUNK, SEEDS, RunOptions, leaves, make_config, use_cache
+
+use_cache({cache!r})
 
 result = runner.run({name!r}, make_config({name!r}), seeds=SEEDS, chunk_iterations=CHUNK, metrics_every=2,
                     options=RunOptions({logdir!r}, ("csv", "jsonl", "tensorboard"), checkpoint_every=1, resume=True))
@@ -445,15 +474,15 @@ def python(code: str, tmp_path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_a_crash_mid_save_then_resume_gives_the_uninterrupted_run(ppo_run, tmp_path):
+def test_a_crash_mid_save_then_resume_gives_the_uninterrupted_run(ppo_run, cache_dir, tmp_path):
     """Run 4 chunks straight; separately, run until the process dies while committing
     its second checkpoint, then resume in a fresh process: the previous checkpoint is
     intact, and metrics, logs and the whole final state (parameters, optimiser, env
     states, observation statistics, keys) equal the straight run's."""
     name = "ppo"
     straight_dir, straight = ppo_run
-    logdir, cache = tmp_path / "run", tmp_path / "cache"
-    fill = dict(tests=str(TESTS), cache=str(cache), name=name, logdir=str(logdir))
+    logdir = tmp_path / "run"
+    fill = dict(tests=str(TESTS), cache=str(cache_dir), name=name, logdir=str(logdir))
 
     crashed = python(CRASHING_SAVE.format(**fill), tmp_path)
     assert crashed.returncode == 9, crashed.stderr[-3000:]
@@ -575,6 +604,7 @@ def test_cli_logdir_checkpoints_target_plot_and_resume(tmp_path, capsys):
         "hidden_sizes=16,16",
         "--set",
         "num_evals=4",
+        *("--set", "normalize_observations=true", "--set", "num_reports=0"),  # make_config("ppo"): its programs
         "--no-preset",
         "--no-cache",
         "--no-progress",

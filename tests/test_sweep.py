@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxrl.algorithms import ppo
-from jaxrl.workflow import cli, sweep
+from jaxrl.workflow import cli, runner, sweep
 
 # 8 iterations of 64 env steps: small enough to also run every lane on its own.
 CONFIG = ppo.Config(
@@ -109,6 +109,7 @@ def test_summarize_and_best_on_known_scores():
 
 @pytest.mark.slow
 def test_a_grid_compiles_once_and_every_lane_equals_its_own_run():
+    runner._cached_programs.cache_clear()  # whatever ran before, this sweep compiles its own programs
     jax.random.split(jax.random.key(0), SEEDS)  # compile the key split outside the count
     compiles = []
     jax.monitoring.register_event_duration_secs_listener(
@@ -143,6 +144,7 @@ def test_a_grid_compiles_once_and_every_lane_equals_its_own_run():
 
 @pytest.mark.slow
 def test_sweep_command_prints_and_writes_the_summary(tmp_path, capsys):
+    # The grid above on CONFIG: the command line runs the programs compiled for it.
     out = tmp_path / "summary.json"
     args = [
         "sweep",
@@ -150,7 +152,7 @@ def test_sweep_command_prints_and_writes_the_summary(tmp_path, capsys):
         "--no-preset",
         "--no-cache",
         "--seeds",
-        "2",
+        "3",
         "--total-timesteps",
         "512",
         "--set",
@@ -168,7 +170,7 @@ def test_sweep_command_prints_and_writes_the_summary(tmp_path, capsys):
         "--set",
         "num_epochs=2",
         "--grid",
-        "lr=1e-3,3e-3",
+        "lr=1e-4,3e-4,1e-3,3e-3",
         "--out",
         str(out),
     ]
@@ -176,7 +178,7 @@ def test_sweep_command_prints_and_writes_the_summary(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "learning_rate" in printed and "ci_low" in printed and " *" in printed
     rows = json.loads(out.read_text())
-    assert [row["learning_rate"] for row in rows] == [1e-3, 3e-3] and all(row["seeds"] == 2 for row in rows)
+    assert [row["learning_rate"] for row in rows] == LEARNING_RATES and all(row["seeds"] == SEEDS for row in rows)
     csv_out = tmp_path / "summary.csv"
     assert cli.main(args[:-1] + [str(csv_out)]) == 0
     assert csv_out.read_text().splitlines()[0] == "learning_rate,seeds,mean,stderr,iqm,ci_low,ci_high"
