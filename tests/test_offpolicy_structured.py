@@ -97,7 +97,7 @@ def registered():
 
 def test_structured_observations_are_accepted_and_shape_the_networks():
     config = sac.Config(env_id=ENV_ID, hidden_sizes=(16,), num_envs=2, batch_size=4, buffer_size=64)
-    state = sac.init(jax.random.key(0), config)
+    state = jax.eval_shape(lambda key: sac.init(key, config), jax.random.key(0))  # shapes only: nothing compiles
     assert jax.tree.map(lambda x: x.shape, state.obs) == {
         "achieved_goal": (2, 3),
         "desired_goal": (2, 3),
@@ -107,32 +107,34 @@ def test_structured_observations_are_accepted_and_shape_the_networks():
     assert state.params["actor"]["params"]["MLP_0"]["Dense_0"]["kernel"].shape == (12, 16)
     assert state.critic_params["params"]["MLP_0"]["Dense_0"]["kernel"].shape == (2, 15, 16)
     assert jax.tree.map(lambda x: x.shape, state.buffer.data["next_obs"])["observation"][2:] == (6,)
-    action, _ = sac.act(state.params, state.obs, (), jax.random.key(1), config)
-    assert action.shape == (2, 3)
-    ddpg_state = ddpg.init(
-        jax.random.key(0), ddpg.Config(env_id=ENV_ID, hidden_sizes=(16,), batch_size=4, buffer_size=64)
+    action, _ = jax.eval_shape(
+        lambda params, obs, key: sac.act(params, obs, (), key, config), state.params, state.obs, jax.random.key(1)
     )
+    assert action.shape == (2, 3)
+    ddpg_config = ddpg.Config(env_id=ENV_ID, hidden_sizes=(16,), batch_size=4, buffer_size=64)
+    ddpg_state = jax.eval_shape(lambda key: ddpg.init(key, ddpg_config), jax.random.key(0))
     assert ddpg_state.critic_params["params"]["MLP_0"]["Dense_0"]["kernel"].shape == (1, 15, 16)
 
 
 # ----------------------------------------------------------------------------- learning
 
 SEEDS = 4
-# 4 envs x 3,000 steps each, one update of 128 per env step (replay ratio 1 per env step
-# over 4 envs: num_updates = 4); 1,000 random steps first. Evaluated over 16 episodes.
+# 4 envs x 1,000 steps each, one update of 128 per env step (replay ratio 1 per env step
+# over 4 envs: num_updates = 4); 1,000 random steps first. Evaluated once at the end over
+# 16 episodes.
 BUDGET = dict(
     env_id=ENV_ID,
     num_envs=4,
     num_steps=1,
     num_updates=4,
     batch_size=128,
-    buffer_size=12_000,
+    buffer_size=4_000,
     learning_starts=1_000,
-    total_timesteps=12_000,
+    total_timesteps=4_000,
     hidden_sizes=(64, 64),
     learning_rate=1e-3,
     gamma=0.9,  # the reward is dense: a short horizon learns faster
-    num_evals=4,
+    num_evals=1,
     eval_episodes=16,
     num_reports=0,
 )
@@ -153,10 +155,13 @@ def final_returns(module, config) -> np.ndarray:
 
 
 def test_td3_reaches_a_goal_from_dict_observations():
-    """The final evaluation's return is at least a quarter of the zero action's (about
-    -24, so >= about -6: the point must travel to the goal and stay there) in 3 of 4
-    seeds. Seen: TD3 -1.1 to -2.0 (one vmapped compile). SAC
-    learns the same task through the Gymnasium bridge (tests/test_gymnasium_structured.py)."""
+    """The final evaluation's return (4k env steps) is at least a quarter of the zero
+    action's (about -24, so >= about -6: the point must travel to the goal and stay
+    there) in 3 of 4 seeds. In trials over 8 seeds evaluated every 1k steps of a 12k run
+    (TD3 has no schedule over the run, so the evaluation at 4k is a 4k-step run's last),
+    all 8 passed from 3k on: -5.4 to -2.6 at 3k, -3.9 to -2.7 at 4k, -1.8 to -1.1 at 12k
+    (one vmapped compile). SAC learns the same task through the Gymnasium bridge
+    (tests/test_gymnasium_structured.py)."""
     baseline = zero_action_return()
     returns = final_returns(td3, td3.Config(**BUDGET))
     assert np.sum(returns >= baseline / 4) >= 3, (baseline, returns)
@@ -181,8 +186,7 @@ def test_recurrent_variants_take_dict_observations(module):
         memory="gru",
         memory_size=5,
         windows=Windows(7, 2, 3),
-        num_evals=1,
-        eval_episodes=2,
+        num_evals=0,  # no evaluation branch to compile: the test acts itself
         num_reports=0,
     )
     out = jax.jit(module.train, static_argnames="config")(jax.random.key(0), config)

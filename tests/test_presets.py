@@ -34,10 +34,12 @@ def test_every_algorithm_has_presets_and_the_command_line_uses_them():
 @pytest.mark.slow
 def test_ppo_preset_solves_mountain_car():
     """MountainCar-v0 at PPO's preset (observation normalisation, 16 x 16 steps, GAE
-    lambda 0.98), 1M env steps: >= -125 in at least 3 of 4 seeds, near gymnax-blines'
-    trained agent (-118), which the seeds' final policies straddle; the defaults never
-    leave the valley (-200)."""
-    final = final_returns(ppo, ppo.preset("MountainCar-v0", **EVAL))
+    lambda 0.98) but 750k env steps instead of its 1M: >= -125 in at least 3 of 4 seeds,
+    near gymnax-blines' trained agent (-118), which the seeds' final policies straddle;
+    the defaults never leave the valley (-200). In trials over 8 other seeds (keys
+    ``split(key(100), 8)``, 32 evaluation episodes) all 8 ended between -118 and -108 at
+    750k steps (-120 to -107 at 1M); at 500k only 6 of 8 reached -125."""
+    final = final_returns(ppo, ppo.preset("MountainCar-v0", total_timesteps=750_000, **EVAL))
     assert np.sum(final >= -125) >= 3, final
 
 

@@ -173,7 +173,7 @@ def networks(init):
     return state.params["actor"], state.critic_params, jax.tree.map(lambda x: x + noise(x), state.critic_params)
 
 
-def test_sequence_losses_match_a_step_by_step_numpy_reference(networks):
+def test_sequence_losses_match_a_step_by_step_numpy_reference(init, networks):
     actor, critic, target_critic = networks
     batch = hand_made_batch(jax.random.key(1))
     alpha = jnp.asarray(0.3)
@@ -190,7 +190,7 @@ def test_sequence_losses_match_a_step_by_step_numpy_reference(networks):
     np.testing.assert_allclose(float(a_loss), expected[2], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(float(entropy), expected[3], rtol=1e-4, atol=1e-5)
     # update() wires the same pieces: its critic loss is the reference's under its keys.
-    state = jax.jit(sac.init, static_argnames="config")(jax.random.key(0), CONFIG)
+    state = init(jax.random.key(0), CONFIG)
     state = state.replace(critic_params=critic, target_params={"critic": target_critic}, log_alpha=jnp.log(alpha))
     _, metrics = jit(sac.update)(state, batch, jax.random.key(4), CONFIG)
     target_key, _ = jax.random.split(jax.random.key(4))
@@ -275,7 +275,8 @@ def test_act_advances_only_the_actors_memory(collected):
 
 @pytest.mark.slow
 def test_seeds_and_a_traced_setting_compile_once():
-    configs = CONFIG.replace(learning_rate=jnp.array([1e-3, 3e-3]))
+    # No evaluation branch to compile (nothing here reads it; the learning test evaluates).
+    configs = CONFIG.replace(learning_rate=jnp.array([1e-3, 3e-3]), num_evals=0)
     keys = jax.random.split(jax.random.key(0), 2)
     train = jax.jit(jax.vmap(sac.train, in_axes=(0, sweep_axes(configs))))
     lanes = train(keys, configs)
@@ -319,17 +320,19 @@ def test_bad_memory_settings_are_clear_errors(overrides, message):
 def test_recurrent_sac_learns_masked_pendulum():
     """MaskedPendulum-v1 (cos and sin of the angle, no angular velocity): a 32-unit GRU
     in the actor and in the critics after 64x64 torsos, windows of 10 steps (2 of
-    burn-in) every 5, 4 updates of 32 windows per iteration of 4 env steps, 14k env
+    burn-in) every 5, 4 updates of 32 windows per iteration of 4 env steps, 12k env
     steps: final deterministic evaluation return (mean of 20 episodes) >= -300 in at
-    least 2 of 3 vmapped seeds."""
+    least 2 of 3 vmapped seeds. In trials over 8 seeds evaluated every 1k steps (SAC has
+    no schedule over the run, so the evaluation at 12k is a 12k-step run's last), all 8
+    were at -256 to -156 at 12k; 7 of 8 passed at 11k, 13k and 14k, 6 at 10k."""
     config = sac.Config(
         env_id="MaskedPendulum-v1",
         memory="gru",
         memory_size=32,
         windows=Windows(10, 2, 5),
         batch_size=32,
-        total_timesteps=14_000,
-        num_evals=4,
+        total_timesteps=12_000,
+        num_evals=1,  # the final evaluation is the one asserted
         eval_episodes=20,
         num_reports=0,
     )
