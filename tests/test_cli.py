@@ -8,8 +8,8 @@ import sys
 import pytest
 
 
-def run(*args, timeout=600):
-    env = {**os.environ, "JAXRL_CACHE_DIR": os.environ.get("JAXRL_CACHE_DIR", "")}
+def run(*args, timeout=600, **env):
+    env = {**os.environ, "JAXRL_CACHE_DIR": os.environ.get("JAXRL_CACHE_DIR", ""), **env}
     return subprocess.run(
         [sys.executable, "-m", "jaxrl", *args], capture_output=True, text=True, timeout=timeout, env=env
     )
@@ -93,6 +93,7 @@ def test_tiny_training_run_prints_a_table(tmp_path):
         "--no-cache",
         "--json",
         str(summary),
+        JAX_DISABLE_MOST_OPTIMIZATIONS="1",  # LLVM at -O0: compiling is most of the run; nothing checked depends on it
     )
     assert result.returncode == 0, result.stderr
     out = result.stdout

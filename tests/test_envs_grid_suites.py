@@ -7,6 +7,8 @@ suite's tests skip without its package."""
 
 from __future__ import annotations
 
+import collections
+import importlib
 import sys
 
 import jax
@@ -228,10 +230,15 @@ def test_craftax_steps_follow_craftax(craftax):
 
 
 @pytest.mark.slow
-def test_craftax_spaces(craftax):
-    """Each id's observation space is what ``reset`` returns (float32 in [0, 1]). The
-    pixel ids' ``reset`` is not traced: craftax builds its texture cache (minutes, into
-    its own package directory) the first time it renders in a fresh install."""
+def test_craftax_spaces(craftax, monkeypatch):
+    """Each id's observation space is what ``reset`` returns (float32 in [0, 1]). A pixel
+    env loads craftax's textures when it is built, and in a fresh install craftax first
+    processes them (about 100 s on 2 cores) into its own package directory; spaces do not
+    read them, so a stub stands in, and the pixel ids' ``reset`` (which renders) is not
+    traced."""
+    for renderer in ("craftax.craftax.renderer", "craftax.craftax_classic.renderer"):
+        no_textures = lambda: collections.defaultdict(dict)  # noqa: E731
+        monkeypatch.setattr(importlib.import_module(renderer), "load_all_textures", no_textures)
     shapes = {
         "Craftax-Symbolic-v1": (8268,),
         "Craftax-Classic-Symbolic-v1": (1345,),

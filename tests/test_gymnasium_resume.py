@@ -32,7 +32,9 @@ CONFIG = ppo.Config(
     num_minibatches=2,
     num_epochs=1,
 )
-ASYNC = CONFIG.replace(env_kwargs={"vectorization_mode": "async"})
+# One sub-env process per seed (8 iterations of 32 steps too): each spawned process costs
+# seconds of CPU to start.
+ASYNC = CONFIG.replace(env_kwargs={"vectorization_mode": "async"}, num_envs=1, num_steps=32)
 
 
 def run(logdir, config=CONFIG, resume=False):
@@ -85,7 +87,11 @@ def test_a_killed_gymnasium_run_resumes_its_pickled_envs_exactly(straight, tmp_p
 @pytest.mark.slow
 def test_an_async_gymnasium_run_resumes_with_fresh_episodes_and_says_so(tmp_path):
     logdir = tmp_path / "run"
-    kill_after_checkpoints("test_gymnasium_resume", f"t.run({str(logdir)!r}, t.ASYNC)", tmp_path)
+    # The killed script imports this module in its main block only: the spawned sub-env
+    # processes import the script's top level, and a light module there (interrupt itself)
+    # spares each of them importing JAX and jaxrl's algorithms.
+    call = f"import test_gymnasium_resume as r; r.run({str(logdir)!r}, r.ASYNC)"
+    kill_after_checkpoints("interrupt", call, tmp_path)
     with Checkpoints(logdir / "checkpoints") as checkpoints:
         assert checkpoints.host_envs(checkpoints.latest_step()) is None  # sub-envs in other processes
     with pytest.warns(UserWarning, match="continues with fresh episodes"):

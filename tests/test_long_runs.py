@@ -29,13 +29,19 @@ from jaxrl.workflow.options import RunOptions
 
 pytestmark = pytest.mark.slow  # compiles or runs whole training programs: see pyproject.toml
 
-# 100 iterations of 1,024 env steps in 25 chunks: a few seconds, long enough that a
-# signal sent after the second checkpoint lands while the run goes on.
-TRAIN = ["train", "ppo", "--total-timesteps", "102400", "--set", "num_envs=16", "--set", "num_steps=64"]
-TRAIN += ["--set", "hidden_sizes=32,32", "--chunks", "25", "--checkpoint-every", "1", "--no-progress"]
-SWEEP = ["sweep", "ppo", "--total-timesteps", "102400", "--set", "num_envs=16", "--set", "num_steps=64"]
-SWEEP += ["--set", "hidden_sizes=32,32", "--grid", "lr=3e-4,1e-3", "--chunks", "25", "--checkpoint-every", "1"]
+# 32 iterations of 256 env steps in 8 chunks of 4, each checkpointed: a signal sent
+# after the second checkpoint lands with six chunks and their saves still to run.
+ITERATIONS = 32
+TRAIN = ["train", "ppo", "--total-timesteps", "8192", "--set", "num_envs=8", "--set", "num_steps=32"]
+TRAIN += ["--set", "hidden_sizes=32,32", "--chunks", "8", "--checkpoint-every", "1", "--no-progress"]
+SWEEP = ["sweep", "ppo", "--total-timesteps", "8192", "--set", "num_envs=8", "--set", "num_steps=32"]
+SWEEP += ["--set", "hidden_sizes=32,32", "--grid", "lr=3e-4,1e-3", "--chunks", "8", "--checkpoint-every", "1"]
 COMMANDS = {"train": TRAIN, "sweep": SWEEP}
+# Every process of this module compiles alike, at LLVM's optimisation level 0 (compile
+# time dominates; runs are compared between these processes only), and JAX caches every
+# program it compiles, however quickly: what a process loads does not depend on how fast
+# the machine compiles.
+COMPILE = {"JAX_DISABLE_MOST_OPTIMIZATIONS": "1", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
 
 
 @pytest.fixture(scope="session")
@@ -55,7 +61,7 @@ def cache_dir(shared):
 
 
 def jaxrl_process(args, cache, **popen) -> subprocess.Popen:
-    env = {**os.environ, "JAXRL_CACHE_DIR": str(cache)}
+    env = {**os.environ, **COMPILE, "JAXRL_CACHE_DIR": str(cache)}
     return subprocess.Popen([sys.executable, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
 
 
@@ -140,7 +146,7 @@ def test_sigterm_stops_after_the_chunk_in_flight_with_a_checkpoint_and_resume_is
     # The chunk in flight, saved; or, where the signal came as the second checkpoint was
     # still being finished, no chunk was in flight and that checkpoint holds the run.
     assert checkpoint_steps(logdir)[-1] == stopped_at >= max(seen)
-    assert stopped_at < 100  # stopped, not finished
+    assert stopped_at < ITERATIONS  # stopped, not finished
 
     python_m_jaxrl([*command, "--resume"], cache_dir)
     assert_same_run(logdir, straight[kind])
