@@ -20,8 +20,8 @@ import textwrap
 import jax
 import numpy as np
 import pytest
-from jax.experimental.compilation_cache import compilation_cache
 from test_runner import leaves, small_bc_run
+from xla_cache import persistent_cache
 
 from jaxrl import loop
 from jaxrl.algorithms import bc, ppo
@@ -101,19 +101,12 @@ def xla_cache_dir(tmp_path_factory):
 
 
 @pytest.fixture
-def xla_cache(xla_cache_dir):
+def xla_cache(xla_cache_dir, cache):
     """JAX's persistent cache on, in this module's directory, for every program however
-    quickly it compiles; off again after the test."""
-    previous = jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs
-    jax.config.update("jax_compilation_cache_dir", str(xla_cache_dir))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    compilation_cache.reset_cache()
-    try:
-        yield xla_cache_dir
-    finally:
-        jax.config.update("jax_compilation_cache_dir", previous[0])
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", previous[1])
-        compilation_cache.reset_cache()  # JAX keeps using a cache it has opened otherwise
+    quickly it compiles (jaxrl's program cache stays the ``cache`` fixture's); off again
+    after the test."""
+    with persistent_cache(xla_cache_dir, programs=True) as directory:
+        yield directory
 
 
 def test_a_rerun_loads_its_programs_and_equals_the_traced_run(traced_runs, cache, xla_cache, monkeypatch):

@@ -16,10 +16,10 @@ import jax
 import numpy as np
 import pytest
 from interrupt import kill_after_checkpoints
-from jax.experimental.compilation_cache import compilation_cache
+from xla_cache import persistent_cache
 
 from jaxrl.algorithms import ppo
-from jaxrl.workflow import pbt, program_cache, saved, sweep
+from jaxrl.workflow import pbt, saved, sweep
 from jaxrl.workflow.options import RunOptions
 
 pytestmark = pytest.mark.slow  # compiles or runs whole training programs: see pyproject.toml
@@ -44,34 +44,17 @@ BOUNDS = {"learning_rate": (1e-4, 3e-3), "ent_coef": (1e-4, 0.05)}
 POPULATION, INTERVAL = 4, 4
 
 
-def use_cache(directory) -> None:
-    """JAX's persistent cache in ``directory``, for every program however quickly it
-    compiles, and jaxrl's program cache off: a process of this module compiles, or loads,
-    the programs an in-process run traces."""
-    jax.config.update("jax_compilation_cache_dir", str(directory))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    program_cache.directory = lambda: None
-    compilation_cache.reset_cache()
-
-
 @pytest.fixture(scope="module", autouse=True)
 def cache_dir(tmp_path_factory):
     """This module's cache directory, on for its tests (the command line's too) and off again after."""
     directory = tmp_path_factory.mktemp("xla-cache")
-    previous = jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(program_cache, "directory", program_cache.directory)  # put back after the module
-        patch.setenv("JAXRL_CACHE_DIR", str(directory))
-        use_cache(directory)
+    with persistent_cache(directory, JAXRL_CACHE_DIR=str(directory)):
         yield directory
-    jax.config.update("jax_compilation_cache_dir", previous[0])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", previous[1])
-    compilation_cache.reset_cache()  # JAX keeps using a cache it has opened otherwise
 
 
 def killed(run: str, logdir, cache) -> str:
     """The call, for :func:`interrupt.kill_after_checkpoints`, of ``run(logdir)`` with this module's cache."""
-    return f"t.use_cache({str(cache)!r}); t.{run}({str(logdir)!r})"
+    return f"from xla_cache import use_cache; use_cache({str(cache)!r}); t.{run}({str(logdir)!r})"
 
 
 def run_sweep(logdir, resume=False):

@@ -22,10 +22,10 @@ import textwrap
 import jax
 import numpy as np
 import pytest
-from jax.experimental.compilation_cache import compilation_cache
+from xla_cache import persistent_cache
 
 from jaxrl.algorithms import a2c, dqn, ppo
-from jaxrl.workflow import cli, metrics, program_cache, runner
+from jaxrl.workflow import cli, metrics, runner
 from jaxrl.workflow import logging as jaxrl_logging
 from jaxrl.workflow.checkpoint import Checkpoints
 from jaxrl.workflow.options import RunOptions
@@ -62,28 +62,11 @@ def make_config(name: str):
     )
 
 
-def use_cache(directory) -> None:
-    """JAX's persistent cache in ``directory``, for every program however quickly it
-    compiles, and jaxrl's program cache off: a process of this module compiles, or loads,
-    the programs a run traces."""
-    jax.config.update("jax_compilation_cache_dir", str(directory))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    program_cache.directory = lambda: None
-    compilation_cache.reset_cache()
-
-
 @pytest.fixture(scope="module", autouse=True)
 def cache_dir(tmp_path_factory):
     """This module's cache directory, on for its tests and off again after."""
-    directory = tmp_path_factory.mktemp("xla-cache")
-    previous = jax.config.jax_compilation_cache_dir, jax.config.jax_persistent_cache_min_compile_time_secs
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(program_cache, "directory", program_cache.directory)  # put back after the module
-        use_cache(directory)
+    with persistent_cache(tmp_path_factory.mktemp("xla-cache")) as directory:
         yield directory
-    jax.config.update("jax_compilation_cache_dir", previous[0])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", previous[1])
-    compilation_cache.reset_cache()  # JAX keeps using a cache it has opened otherwise
 
 
 def straight_run(name: str, logdir):
@@ -433,7 +416,8 @@ import os, sys
 sys.path.insert(0, {tests!r})
 from orbax.checkpoint._src.path import atomicity
 from jaxrl.workflow import runner
-from test_runner import CHUNK, SEEDS, RunOptions, make_config, use_cache
+from test_runner import CHUNK, SEEDS, RunOptions, make_config
+from xla_cache import use_cache
 
 use_cache({cache!r})
 
@@ -455,7 +439,8 @@ import sys
 sys.path.insert(0, {tests!r})
 import numpy as np
 from jaxrl.workflow import runner
-from test_runner import CHUNK, SEEDS, RunOptions, leaves, make_config, use_cache
+from test_runner import CHUNK, SEEDS, RunOptions, leaves, make_config
+from xla_cache import use_cache
 
 use_cache({cache!r})
 
