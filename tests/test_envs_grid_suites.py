@@ -233,9 +233,9 @@ def test_craftax_steps_follow_craftax(craftax):
 def test_craftax_spaces(craftax, monkeypatch):
     """Each id's observation space is what ``reset`` returns (float32 in [0, 1]). A pixel
     env loads craftax's textures when it is built, and in a fresh install craftax first
-    processes them (about 100 s on 2 cores) into its own package directory; spaces do not
-    read them, so a stub stands in, and the pixel ids' ``reset`` (which renders) is not
-    traced."""
+    processes them into its own package directory (minutes: benchmarks/RESULTS.md); spaces
+    do not read them, so a stub stands in, and the pixel ids' ``reset`` (which renders) is
+    not traced."""
     for renderer in ("craftax.craftax.renderer", "craftax.craftax_classic.renderer"):
         no_textures = lambda: collections.defaultdict(dict)  # noqa: E731
         monkeypatch.setattr(importlib.import_module(renderer), "load_all_textures", no_textures)

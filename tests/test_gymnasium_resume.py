@@ -32,8 +32,8 @@ CONFIG = ppo.Config(
     num_minibatches=2,
     num_epochs=1,
 )
-# One sub-env process per seed (8 iterations of 32 steps too): each spawned process costs
-# seconds of CPU to start.
+# One sub-env process per seed (8 iterations of 32 steps too): each spawned process
+# imports and starts Python anew.
 ASYNC = CONFIG.replace(env_kwargs={"vectorization_mode": "async"}, num_envs=1, num_steps=32)
 
 

@@ -114,7 +114,7 @@ def test_the_env_draws_the_point_and_the_goal():
 
 # A tiny budget: 2 envs x 4 steps x 3 iterations, the first one random, 2 updates of 8
 # per learning iteration; one dense layer of 16 after the convolutions. No evaluation:
-# its branch would add a quarter to each program's compile, and the test acts itself.
+# its branch would be compiled into each program, and the test acts itself.
 TINY = dict(
     num_envs=2,
     num_steps=4,

@@ -145,7 +145,7 @@ PENDULUM = ppo.Config(
 @pytest.fixture(scope="module")
 def pendulum_step():
     """PENDULUM's initial state, and the state and metrics after one jitted ``step``."""
-    state = ppo.init(jax.random.key(0), PENDULUM)
+    state = jax.jit(ppo.init, static_argnums=1)(jax.random.key(0), PENDULUM)  # one program, not op by op
     stepped, metrics = jax.jit(ppo.step, static_argnames="config")(state, jax.random.key(1), PENDULUM)
     return state, stepped, metrics
 
