@@ -11,8 +11,9 @@ the published reference return for the task.
 Per row, in a fresh process (JAX's persistent compilation cache off): ``jax.jit`` of
 ``jax.vmap(train)`` over ``--seeds`` keys at the row's budget, evaluating the
 deterministic policy on ``EVAL_EPISODES`` episodes at ``EVALS`` points of the run.
-``--set`` changes preset fields for every selected row (the hand sweeps behind the
-presets, rerun with a kept command).
+A row's ``settings`` change the preset's fields (the adapters' rows: brax, xminigrid,
+Gymnasium); ``--set`` changes preset fields for every selected row (the hand sweeps
+behind the presets, rerun with a kept command).
 
 Columns: final return = the last evaluation of each seed, summarised as the IQM (the
 mean of the middle half of the seeds) with a 95% percentile-bootstrap interval over
@@ -24,7 +25,9 @@ seed's time).
 
 References (``REFERENCES``): the returns of gymnax-blines' trained PPO / OpenAI-ES
 agents, as the gymnax README lists them, with the step budget of gymnax-blines' PPO
-config for the task (``agents/<env>/ppo.yaml``, ``num_train_steps``). A row's budget is
+config for the task (``agents/<env>/ppo.yaml``, ``num_train_steps``); for the env suites'
+adapters (brax, xminigrid, Gymnasium), the thresholds their learning tests held before
+they moved here, at those tests' budgets. A row's budget is
 its own (``Row.budget``); where it differs from the reference's, both are shown. Beside
 it, where the same algorithm has one (``ZOO``), rl-baselines3-zoo's result for the task
 (its ``benchmark.md``: one trained agent per row, deterministic evaluation, on the gym /
@@ -74,6 +77,11 @@ REFERENCES = {
     "Breakout-MinAtar": Reference(28.0, 10_000_000, BLINES),
     "Freeway-MinAtar": Reference(58.0, 10_000_000, BLINES),
     "SpaceInvaders-MinAtar": Reference(131.0, 10_000_000, BLINES),
+    # Adapters' rows (each adapter's steps are checked against its suite in tests/): the
+    # thresholds their learning tests held before moving here, at those tests' budgets.
+    "brax:inverted_pendulum": Reference(180.0, 100_000, "jaxrl; doing nothing scores 21, at most 200"),
+    "xminigrid:MiniGrid-EmptyRandom-6x6": Reference(0.9, 16_384, "jaxrl; never reaching the goal scores 0"),
+    "gymnasium:Pendulum-v1": Reference(-250.0, 12_000, "jaxrl; gymnax's Pendulum-v1 alike"),
 }
 # Asterix, Breakout, Freeway and SpaceInvaders are the MinAtar games gymnax-blines
 # trained; gymnax's Seaquest-MinAtar has no reference there.
@@ -107,6 +115,7 @@ class Row:
     env_id: str
     budget: int  # env steps per seed
     quick: bool = False  # in --quick
+    settings: dict = dataclasses.field(default_factory=dict)  # over the preset, under --set
 
 
 DISCRETE = ("ppo", "a2c", "dqn")
@@ -132,6 +141,37 @@ ROWS = (
         for game in ("Asterix", "Breakout", "Freeway", "SpaceInvaders")
         for a in ("ppo", "dqn")
     ),
+    # brax's default "generalized" backend (on "spring" a hand-set PD controller holds the
+    # pendulum 91 steps, on "generalized" 1000), episodes cut at 200 steps. As a test, 4
+    # seeds (key 42) ended at 200 and 8 others at 200 but one at 183.
+    Row(
+        "ppo",
+        "brax:inverted_pendulum",
+        100_000,
+        settings=dict(
+            env_kwargs={"max_steps_in_episode": 200},
+            num_envs=16,
+            num_steps=64,
+            hidden_sizes=(32, 32),
+            learning_rate=1e-3,
+            num_epochs=10,
+            num_minibatches=8,
+            normalize_observations=True,
+            ent_coef=0.0,
+        ),
+    ),
+    # Random start, egocentric 7x7 view, reward 1 - 0.9 * steps / 144 at the goal (shortest
+    # paths average about 5 steps). As a test, 20 seeds ended between 0.946 and 0.966;
+    # after 4k steps most are below 0.5.
+    Row(
+        "ppo",
+        "xminigrid:MiniGrid-EmptyRandom-6x6",
+        16_384,
+        settings=dict(num_envs=16, num_steps=32, learning_rate=1e-3),
+    ),
+    # SAC's defaults through the Gymnasium bridge (host callbacks). As a test, over 5 seeds
+    # evaluated every 2k steps: all >= -250 at 4k, 3-4 of 5 at 6k-10k, all at 12k-16k.
+    Row("sac", "gymnasium:Pendulum-v1", 12_000),
 )
 
 
@@ -165,7 +205,7 @@ def config_for(row: Row, overrides: dict | None = None):
     in_parts = {name: value for name, value in (overrides or {}).items() if "." in name}
     config = module.preset(
         row.env_id,
-        **{**fields, "total_timesteps": row.budget},
+        **{**row.settings, **fields, "total_timesteps": row.budget},
         num_evals=EVALS,
         eval_episodes=EVAL_EPISODES,
         num_reports=0,
@@ -302,7 +342,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.one:
         algorithm, env_id, budget, seeds, seed = args.one
-        row = Row(algorithm, env_id, int(budget))
+        key = (algorithm, env_id, int(budget))
+        row = next((r for r in ROWS if (r.algorithm, r.env_id, r.budget) == key), Row(*key))
         result = dict(algorithm=algorithm, env_id=env_id, budget=int(budget), seeds=int(seeds))
         overrides = parse_overrides(args.set)
         measure_and_emit(result, lambda jax: measure_row(jax, row, int(seeds), int(seed), overrides))
@@ -344,7 +385,7 @@ def main(argv=None) -> int:
     notes = [
         f"{EVAL_EPISODES}-episode deterministic evaluations at {EVALS} points of each run, a row's seeds "
         "vmapped in one program; the final return is the last evaluation.",
-        "Settings: each algorithm's preset(env_id) with the row's budget (printed in the raw results)"
+        "Settings: each algorithm's preset(env_id) with the row's settings and budget (printed in the raw results)"
         + (f", and {args.set}." if args.set else "."),
     ]
     if args.render:

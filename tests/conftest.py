@@ -8,10 +8,46 @@ from jax.experimental.compilation_cache import compilation_cache
 
 
 def pytest_collection_modifyitems(items):
-    """Run the slow learning tests first (stable order otherwise): with
-    ``-n 2 --dist worksteal`` the two workers start on the long tests and the short ones
-    fill the gaps, instead of one worker finishing alone on a learning test."""
+    """A learning test (``learns``) is slow. Run the slow tests first (stable order
+    otherwise): with ``-n 2 --dist worksteal`` the two workers start on the long tests and
+    the short ones fill the gaps, instead of one worker finishing alone on a learning test."""
+    for item in items:
+        if item.get_closest_marker("learns") is not None:
+            item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def _compile_optimised(optimised: bool) -> None:
+    """XLA's default optimisation level, or LLVM at -O0 (``jax_disable_most_optimizations``),
+    for this process's compiles and those of the processes it starts."""
+    if optimised:
+        os.environ.pop("JAX_DISABLE_MOST_OPTIMIZATIONS", None)
+    else:
+        os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
+    jax.config.update("jax_disable_most_optimizations", not optimised)
+
+
+def pytest_configure(config):
+    """Tests compile with LLVM at -O0: compiling is most of a test's time, and -O0 compiles
+    about a quarter faster; it changes how XLA:CPU generates its kernels, not what they
+    compute. Learning tests, whose runs outweigh their compiles (2-3x longer at -O0), and
+    ``optimised`` tests (convolutions: 15x longer) compile at the default level, as users'
+    runs do (``pytest_runtest_protocol``)."""
+    _compile_optimised(False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A ``learns`` or ``optimised`` test's setup, call and teardown compile optimised: the
+    module fixture it trains in, set up for it, too."""
+    optimised = any(item.get_closest_marker(name) is not None for name in ("learns", "optimised"))
+    if optimised:
+        _compile_optimised(True)
+    try:
+        yield
+    finally:
+        if optimised:
+            _compile_optimised(False)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -349,7 +349,7 @@ def solved(config, module, threshold, seeds=5):
     return eval_return, np.sum(eval_return >= threshold) >= 4
 
 
-@pytest.mark.slow
+@pytest.mark.learns
 def test_a2c_solves_cartpole_200():
     """A2C, 16 envs x 8 steps, GAE(0.95): mean eval return >= 195 on 200-step CartPole
     within 100k steps in 4 of 5 seeds."""
@@ -358,7 +358,7 @@ def test_a2c_solves_cartpole_200():
     assert ok, returns
 
 
-@pytest.mark.slow
+@pytest.mark.learns
 def test_reinforce_solves_cartpole_200():
     """REINFORCE with a baseline, 8 whole episodes per update: mean eval return >= 195 on
     200-step CartPole within 150k simulated steps in 4 of 5 seeds."""
@@ -367,7 +367,7 @@ def test_reinforce_solves_cartpole_200():
     assert ok, returns
 
 
-@pytest.mark.slow
+@pytest.mark.learns
 @pytest.mark.parametrize("policy_lag", [0, 4])
 def test_impala_learns_cartpole(policy_lag):
     """IMPALA (V-trace, rho_bar = c_bar = 1), 16 envs x 8 steps: mean eval return >= 200

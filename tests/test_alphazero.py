@@ -194,6 +194,7 @@ def trained():
     return jax.jit(az.train, static_argnums=1)(jax.random.key(0), TIC_TAC_TOE)
 
 
+@pytest.mark.learns
 def test_learns_tic_tac_toe(trained):
     """150 iterations (86,400 self-play moves): with 64-simulation search the agent
     never loses to a uniformly random player in 100 games, half of them moving second,
@@ -220,6 +221,7 @@ def test_learns_tic_tac_toe(trained):
 CONNECT_FOUR = az.Config(env_id="pgx:connect_four", num_evals=2, num_reports=0)
 
 
+@pytest.mark.learns
 def test_beats_a_random_player_at_connect_four():
     """102,400 self-play moves: with 16-simulation search the agent wins at least 95 of
     100 games against a uniformly random player, half of them moving second."""
@@ -509,6 +511,7 @@ CARTPOLE = az.Config(
 )
 
 
+@pytest.mark.learns
 def test_learns_cartpole():
     """102,400 env steps: the greedy network (no search) returns at least 475 (of 500)
     on average over 16 evaluation episodes in at least 3 of 4 vmapped seeds.

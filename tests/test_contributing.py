@@ -79,6 +79,7 @@ def test_the_toy_suite_speaks_the_gymnax_api():
         envs.make("toy:Corridor-3", max_steps=5)
 
 
+@pytest.mark.learns
 def test_ppo_learns_the_toy_corridor():
     """PPO on ``toy:Corridor-5`` for 1,920 env steps (the example's settings), 4 vmapped
     seeds: the last evaluation walks the shortest way (4 steps right, return 1) in at

@@ -122,7 +122,7 @@ def test_dqn_takes_one_hot_observations():
     assert action.shape == (2,)
 
 
-@pytest.mark.slow
+@pytest.mark.learns
 def test_ppo_learns_the_lookup_table():
     """PPO, 8 envs x 32 steps, 8,192 steps, 32 hidden units: the final deterministic
     evaluation (16 episodes) earns >= 7.5 of 8 in at least 2 of 3 seeds (measured 8, 8,

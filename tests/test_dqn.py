@@ -369,7 +369,7 @@ def _final_eval(metrics):
     return evals[:, ~np.isnan(evals[0])][:, -1]
 
 
-@pytest.mark.slow
+@pytest.mark.learns
 @pytest.mark.parametrize(
     "make_config, budget", [(dqn.Config, 100_000), (dqn.rainbow, 70_000)], ids=["default", "rainbow"]
 )

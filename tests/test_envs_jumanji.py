@@ -258,7 +258,7 @@ def trained():
     return config, out
 
 
-@pytest.mark.slow
+@pytest.mark.learns
 def test_ppo_packs_a_small_knapsack_better_than_random(trained):
     config, out = trained
     env, params = envs.make("jumanji:Knapsack-v1", **SMALL_KNAPSACK)

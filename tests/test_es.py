@@ -339,13 +339,13 @@ def final_eval_returns(config):
     return np.asarray(out.metrics["eval_return"])[:, -1]
 
 
-@pytest.mark.slow
+@pytest.mark.learns
 def test_openai_es_solves_cartpole():
     returns = final_eval_returns(CARTPOLE)
     assert np.sum(returns >= 475) >= 3, returns
 
 
-@pytest.mark.slow
+@pytest.mark.learns
 def test_openai_es_solves_pendulum():
     """Pendulum-v1, OpenAI-ES at PENDULUM_OPENAI_ES (150 generations, 7.68M env steps): the
     final evaluation (16 episodes) >= -250 in at least 3 of 4 seeds (in trials over 8
@@ -354,7 +354,7 @@ def test_openai_es_solves_pendulum():
     assert np.sum(returns >= -250) >= 3, returns
 
 
-@pytest.mark.slow
+@pytest.mark.learns
 def test_snes_solves_pendulum():
     """Pendulum-v1, SNES at PENDULUM_SNES (100 generations, 5.12M env steps): the final
     evaluation (16 episodes) >= -250 in at least 3 of 4 seeds (in trials over 8 seeds 7

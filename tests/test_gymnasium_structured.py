@@ -435,7 +435,7 @@ def final_returns(module, config) -> np.ndarray:
 THRESHOLD = -4.0
 
 
-@pytest.mark.slow
+@pytest.mark.learns
 def test_ppo_reaches_goals_from_dict_observations_through_gymnasium():
     """PPO on gymnasium:jaxrl_test/PointReach-v0 (8 envs x 32 steps, 4 epochs of 4
     minibatches, 64x64 tanh MLP, lr 3e-3, gamma 0.9, no entropy bonus) for 8,192 env
@@ -462,7 +462,7 @@ def test_ppo_reaches_goals_from_dict_observations_through_gymnasium():
     assert np.sum(returns >= THRESHOLD) >= 2, returns
 
 
-@pytest.mark.slow
+@pytest.mark.learns
 def test_sac_reaches_goals_from_dict_observations_through_gymnasium():
     """SAC on gymnasium:jaxrl_test/PointReach-v0 (4 envs, 4 updates of 128 per step of
     all envs, 64x64 MLP, gamma 0.9, 400 random steps first) for 2,400 env steps, 3

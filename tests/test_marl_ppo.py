@@ -393,6 +393,7 @@ def spread_random_return() -> float:
     return random_return(SPREAD)
 
 
+@pytest.mark.learns
 @pytest.mark.parametrize("module", [ippo, mappo], ids=["ippo", "mappo"])
 def test_learns_simple_spread(module, spread_random_return):
     """MPE simple_spread (3 agents, 25 steps, per-agent reward): uniform random play

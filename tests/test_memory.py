@@ -293,7 +293,7 @@ def final_eval(out) -> np.ndarray:
     return returns[:, np.isfinite(returns[0])][:, -1]
 
 
-@pytest.mark.slow
+@pytest.mark.learns
 def test_recurrent_ppo_solves_masked_cartpole_where_feed_forward_cannot():
     """MaskedCartPole-v1 (cart position and pole angle, no velocities), the
     ``ppo.preset`` (a 64-unit GRU over 16-step sequences), 500k env steps per seed, 4

@@ -204,6 +204,7 @@ def impala_out():
     return config, run(impala, config)
 
 
+@pytest.mark.learns
 @pytest.mark.parametrize("name", ["ppo_out", "impala_out"])
 def test_learns_every_choice(name, request):
     _, out = request.getfixturevalue(name)

@@ -15,6 +15,7 @@ def test_there_are_notebooks():
     assert NOTEBOOKS
 
 
+@pytest.mark.learns
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs(path, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # files a notebook writes (plots) land here

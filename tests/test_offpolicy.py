@@ -378,7 +378,7 @@ def _final_eval(metrics):
     return evals[:, ~np.isnan(evals[0])][:, -1]
 
 
-@pytest.mark.slow
+@pytest.mark.learns
 @pytest.mark.parametrize("module", [ddpg, td3, sac], ids=["ddpg", "td3", "sac"])
 def test_learns_pendulum(module):
     """Pendulum-v1 with the default config (4 envs, 4 updates of batch 256 per iteration,
@@ -395,7 +395,7 @@ def test_learns_pendulum(module):
     assert (final >= -250).sum() >= 2, final
 
 
-@pytest.mark.slow
+@pytest.mark.learns
 def test_discrete_sac_learns_cartpole():
     """CartPole-v1 with ``discrete=True`` and otherwise default settings, 30k env steps
     (target entropy 0.5 log 2): final deterministic evaluation return (mean of 10

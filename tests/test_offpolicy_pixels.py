@@ -16,7 +16,8 @@ from gymnax.environments import environment, spaces
 from jaxrl import envs
 from jaxrl.algorithms import ddpg, sac, td3
 
-pytestmark = pytest.mark.slow  # compiles or runs whole training programs: see pyproject.toml
+# Compiled optimised: at LLVM -O0 the convolutions' run costs far more than the compile saves.
+pytestmark = [pytest.mark.slow, pytest.mark.optimised]
 
 SIZE = 36  # the smallest image the Nature CNN takes: 36 -> 8 -> 3 -> 1
 BLOCK = 3  # the point and the goal are drawn as 3x3 squares

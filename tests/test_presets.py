@@ -31,7 +31,7 @@ def test_every_algorithm_has_presets_and_the_command_line_uses_them():
     assert cli.make_config(get("ppo"), args) == ppo.preset("MountainCar-v0")
 
 
-@pytest.mark.slow
+@pytest.mark.learns
 def test_ppo_preset_solves_mountain_car():
     """MountainCar-v0 at PPO's preset (observation normalisation, 16 x 16 steps, GAE
     lambda 0.98) but 750k env steps instead of its 1M: >= -125 in at least 3 of 4 seeds,
@@ -67,3 +67,8 @@ def test_learning_table_statistics_against_numpy():
     assert 499 <= low <= summary["iqm"] <= high <= 500
     overrides = learning_table.parse_overrides("n_step=3 hidden_sizes=(256,256) exploration=ou")
     assert overrides == {"n_step": 3, "hidden_sizes": (256, 256), "exploration": "ou"}
+    # A row's settings replace the preset's fields, and --set replaces the row's.
+    (row,) = [row for row in learning_table.ROWS if row.env_id.startswith("xminigrid:")]
+    _, config = learning_table.config_for(row, {"learning_rate": 3e-4})
+    assert (config.num_envs, config.num_steps, config.learning_rate) == (16, 32, 3e-4)
+    assert config.total_timesteps == row.budget and config.num_evals == learning_table.EVALS

@@ -316,7 +316,7 @@ def test_bad_memory_settings_are_clear_errors(overrides, message):
 # ----------------------------------------------------------------------------- learning
 
 
-@pytest.mark.slow
+@pytest.mark.learns
 def test_recurrent_sac_learns_masked_pendulum():
     """MaskedPendulum-v1 (cos and sin of the angle, no angular velocity): a 32-unit GRU
     in the actor and in the critics after 64x64 torsos, windows of 10 steps (2 of

@@ -452,6 +452,7 @@ def train_seeds(config, dataset):
     return evals[:, np.isfinite(evals[0])]  # [seeds, num_evals]
 
 
+@pytest.mark.learns
 def test_clones_the_cue_expert_and_never_takes_a_masked_action(cue_config, cue_dataset):
     """MaskedCue (dict observation, action mask): 768 transitions of an expert that
     always plays the cue; BC (cross-entropy, 200 updates of batch 64) over 3 seeds: the
@@ -464,6 +465,7 @@ def test_clones_the_cue_expert_and_never_takes_a_masked_action(cue_config, cue_d
     assert (evals[:, -1] >= 7.5).sum() >= 2, evals
 
 
+@pytest.mark.learns
 def test_clones_the_target_expert_on_nested_tuple_observations(target_dataset):
     """NestedTarget (tuple observation with a nested dict and an int scalar leaf,
     continuous actions): 768 transitions of the expert that plays the target; BC

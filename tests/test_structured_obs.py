@@ -169,7 +169,7 @@ def es_metrics():
     return metrics
 
 
-@pytest.mark.slow
+@pytest.mark.learns
 @pytest.mark.parametrize("name", ["ppo_metrics", "dqn_metrics", "es_metrics"])
 def test_a_masked_action_is_never_taken_and_the_cue_is_learned(name, request):
     """Every finished episode, in training (sampled / epsilon-greedy actions) and in the
