@@ -93,7 +93,6 @@ def test_tiny_training_run_prints_a_table(tmp_path):
         "--no-cache",
         "--json",
         str(summary),
-        JAX_DISABLE_MOST_OPTIMIZATIONS="1",  # LLVM at -O0: compiling is most of the run; nothing checked depends on it
     )
     assert result.returncode == 0, result.stderr
     out = result.stdout

@@ -31,10 +31,6 @@ def worker_env(extra_xla_flags: str = "") -> dict:
     env = dict(os.environ)
     env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {extra_xla_flags}".strip()
     env["PYTHONPATH"] = os.pathsep.join([ROOT, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    # Compile time dominates these runs: LLVM's optimisation level 0 roughly halves it.
-    # Every program compared is compiled so, and the SPMD partitioning (HLO passes) is
-    # unchanged.
-    env["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
     return env
 
 

@@ -37,11 +37,9 @@ TRAIN += ["--set", "hidden_sizes=32,32", "--chunks", "8", "--checkpoint-every", 
 SWEEP = ["sweep", "ppo", "--total-timesteps", "8192", "--set", "num_envs=8", "--set", "num_steps=32"]
 SWEEP += ["--set", "hidden_sizes=32,32", "--grid", "lr=3e-4,1e-3", "--chunks", "8", "--checkpoint-every", "1"]
 COMMANDS = {"train": TRAIN, "sweep": SWEEP}
-# Every process of this module compiles alike, at LLVM's optimisation level 0 (compile
-# time dominates; runs are compared between these processes only), and JAX caches every
-# program it compiles, however quickly: what a process loads does not depend on how fast
-# the machine compiles.
-COMPILE = {"JAX_DISABLE_MOST_OPTIMIZATIONS": "1", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+# JAX caches every program this module's processes compile, however quickly: what a
+# process loads does not depend on how fast the machine compiles.
+COMPILE = {"JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
 
 
 @pytest.fixture(scope="session")
@@ -72,6 +70,14 @@ def patched_jaxrl(patch: str, args, cache, tmp_path) -> subprocess.Popen:
         f"{textwrap.dedent(patch)}\nimport sys\nfrom jaxrl.workflow.cli import main\nsys.exit(main(sys.argv[1:]))\n"
     )
     return jaxrl_process([str(script), *args], cache)
+
+
+def read_until(process: subprocess.Popen, said: str) -> bool:
+    """Read the process's stderr up to a line ``said``; False if it ended first."""
+    while line := process.stderr.readline().decode():
+        if line.strip() == said:
+            return True
+    return False
 
 
 def finish(process: subprocess.Popen, timeout: float = 600) -> tuple[int, str]:
@@ -126,6 +132,26 @@ def straight(shared, cache_dir):
 
 # ----------------------------------------------------------------------------- signals
 
+# The third save waits until the first SIGTERM was noted (jaxrl restores the default
+# handler then), so the signal lands with chunks still to run however fast they run.
+THIRD_SAVE_AWAITS_SIGTERM = """
+import signal, sys, time
+from jaxrl.workflow import rundir
+
+save, saves = rundir.RunDir.save, []
+
+def save_once_signalled(self, *args, **kwargs):
+    saves.append(1)
+    if len(saves) == 3:
+        print("at the third save", file=sys.stderr, flush=True)
+        deadline = time.monotonic() + 600
+        while signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL and time.monotonic() < deadline:
+            time.sleep(0.01)
+    save(self, *args, **kwargs)
+
+rundir.RunDir.save = save_once_signalled
+"""
+
 
 @pytest.mark.parametrize("kind", ["train", "sweep"])
 def test_sigterm_stops_after_the_chunk_in_flight_with_a_checkpoint_and_resume_is_exact(
@@ -133,7 +159,7 @@ def test_sigterm_stops_after_the_chunk_in_flight_with_a_checkpoint_and_resume_is
 ):
     logdir = tmp_path / "run"
     command = [*COMMANDS[kind], "--logdir", str(logdir)]
-    process = jaxrl_process(["-m", "jaxrl", *command], cache_dir)
+    process = patched_jaxrl(THIRD_SAVE_AWAITS_SIGTERM, command, cache_dir, tmp_path)
     seen = wait_for_checkpoints(logdir, 2, process)
     process.send_signal(signal.SIGTERM)
     signalled = time.monotonic()
@@ -173,12 +199,11 @@ ocp.JsonCheckpointHandler.async_save = blocking
 def test_a_second_sigterm_during_the_save_ends_the_process_at_once(straight, cache_dir, tmp_path):
     logdir = tmp_path / "run"
     command = [*TRAIN, "--logdir", str(logdir)]
-    process = patched_jaxrl(BLOCKING_SAVE, command, cache_dir, tmp_path)
-    seen = wait_for_checkpoints(logdir, 2, process)
+    process = patched_jaxrl(THIRD_SAVE_AWAITS_SIGTERM + BLOCKING_SAVE, command, cache_dir, tmp_path)
+    assert read_until(process, "at the third save")
+    seen = checkpoint_steps(logdir)
     process.send_signal(signal.SIGTERM)
-    while (line := process.stderr.readline().decode()) and line.strip() != "blocked in a save":
-        pass  # until the stop's own save blocks
-    assert line.strip() == "blocked in a save"
+    assert read_until(process, "blocked in a save")  # the third save, cut short by the stop
     process.send_signal(signal.SIGTERM)
     status, err = finish(process, timeout=20)
     assert status == -signal.SIGTERM, err[-3000:]  # killed by the signal, not after the sleep
@@ -339,7 +364,9 @@ def test_a_save_that_fails_part_way_stops_with_one_error_and_keeps_the_earlier(s
     assert status == 1, err[-3000:]
     # One error line and no traceback through jaxrl. (orbax's writer threads go on after
     # its first failed write, and tensorstore prints tracebacks of its own about them.)
-    (error,) = [line for line in err.splitlines() if line.startswith("jaxrl: error:")]
+    errors = [line for line in err.splitlines() if line.startswith("jaxrl: error:")]
+    assert len(errors) == 1, err[-6000:]
+    (error,) = errors
     assert error.startswith("jaxrl: error: could not save checkpoint 12 in") and "File too large" in error
     assert "jaxrl/workflow" not in err and "_SignalingThread" not in err, err[-6000:]  # orbax's logged errors held
     assert error.endswith("the checkpoints before it are intact (steps [4, 8])")
