@@ -1,6 +1,8 @@
 import os
 import pathlib
 import re
+import subprocess
+import sys
 
 import jax
 import pytest
@@ -27,12 +29,32 @@ def _compile_optimised(optimised: bool) -> None:
     jax.config.update("jax_disable_most_optimizations", not optimised)
 
 
+ELEMENTAL_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
+
+
+def _compile_with_elemental_emitters() -> None:
+    """XLA:CPU's elemental IR emitters instead of its fusion emitters, for this process
+    and those it starts: another code generator for the same kernels, which compiles the
+    suite's small programs in about two thirds of the time. Two programs computing one
+    float may then round it apart, so tests compare separately compiled programs to
+    rounding (a resumed run and its straight twin, one program twice, stay exact). Only
+    where this jaxlib knows the flag (an unknown one aborts the process)."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if ELEMENTAL_EMITTERS in flags:
+        return  # set by the process that started this one
+    flags = f"{flags} {ELEMENTAL_EMITTERS}".strip()
+    probe = [sys.executable, "-c", "import jax; jax.devices()"]
+    if subprocess.run(probe, env={**os.environ, "XLA_FLAGS": flags}, capture_output=True).returncode == 0:
+        os.environ["XLA_FLAGS"] = flags
+
+
 def pytest_configure(config):
-    """Tests compile with LLVM at -O0: compiling is most of a test's time, and -O0 compiles
-    about a quarter faster; it changes how XLA:CPU generates its kernels, not what they
-    compute. Learning tests, whose runs outweigh their compiles (2-3x longer at -O0), and
-    ``optimised`` tests (convolutions: 15x longer) compile at the default level, as users'
-    runs do (``pytest_runtest_protocol``)."""
+    """Tests compile with LLVM at -O0 and XLA:CPU's elemental emitters, since compiling is
+    most of a test's time and both change how XLA:CPU generates its kernels, not what they
+    compute. Learning tests and ``optimised`` ones (convolutions), whose runs outweigh their
+    compiles, compile at XLA's default optimisation level (``pytest_runtest_protocol``; the
+    times: benchmarks/RESULTS.md, "The test suite at LLVM -O0" and the section after it)."""
+    _compile_with_elemental_emitters()
     _compile_optimised(False)
 
 

@@ -111,7 +111,11 @@ def test_evaluate_an_earlier_checkpoint_repeats_the_evaluation_there(ppo_run, tm
     result = evaluate(ppo_run, tmp_path, "--checkpoint", "32")
     assert "from the keys of iteration 32's evaluation\n" in capsys.readouterr().out.replace(" (compiling...)", "")
     assert result["checkpoint_step"] == 32
-    assert result["mean_return"] == logged_eval_returns(ppo_run, up_to=32) == result["run_eval_return"]
+    assert logged_eval_returns(ppo_run, up_to=32) == result["run_eval_return"]
+    # The same episodes from the same keys: equal returns where the two programs round
+    # alike (XLA's default emitters do here), within a step or two of CartPole's episodes
+    # under the suite's (tests/conftest.py), which round the training program apart.
+    assert result["mean_return"] == pytest.approx(result["run_eval_return"], rel=0.01)
 
 
 def test_evaluate_a_checkpoint_the_run_did_not_evaluate(ppo_run, tmp_path, capsys):
