@@ -368,12 +368,12 @@ def test_reinforce_solves_cartpole_200():
 
 
 @pytest.mark.learns
-@pytest.mark.parametrize("policy_lag", [0, 4])
-def test_impala_learns_cartpole(policy_lag):
-    """IMPALA (V-trace, rho_bar = c_bar = 1), 16 envs x 8 steps: mean eval return >= 200
-    on CartPole-v1 (random play: about 20) within 200k steps in 4 of 5 seeds, with
-    actors in step with the learner and 4 updates behind it."""
-    config = impala.Config(policy_lag=policy_lag, total_timesteps=200_000, num_evals=1, num_reports=0)
+def test_impala_learns_cartpole_with_its_actors_4_updates_behind():
+    """IMPALA (V-trace, rho_bar = c_bar = 1), 16 envs x 8 steps, actors 4 updates behind
+    the learner: mean eval return >= 200 on CartPole-v1 (random play: about 20) within
+    200k steps in 4 of 5 seeds. (With the actors in step: a row of
+    benchmarks/learning_table.py.)"""
+    config = impala.Config(policy_lag=4, total_timesteps=200_000, num_evals=1, num_reports=0)
     returns, ok = solved(config, impala, 200.0)
     assert ok, returns
 

@@ -1,7 +1,8 @@
 """Multi-agent PPO (IPPO, MAPPO): the agent-batch view of a multi-agent env against the
 env itself step by step, per-agent episode statistics against a NumPy loop, what each
 critic reads, per-agent parameters, the contract (jit, vmap over seeds and
-hyper-parameters, runner, command line), refusals, and learning on MPE simple_spread."""
+hyper-parameters, runner, command line), refusals, and MAPPO's learning on MPE
+simple_spread (IPPO's: a row of benchmarks/learning_table.py)."""
 
 import jax
 import jax.numpy as jnp
@@ -66,8 +67,10 @@ def test_agent_batch_steps_like_the_env_with_time_limits_and_statistics():
     raw_obs, _, raw_reward, raw_term, raw_trunc, raw_info = raw_out
     obs, _, reward, terminated, truncated, info = out
     stacked = lambda tree: np.stack([np.asarray(tree[a]) for a in agents], axis=1)  # noqa: E731  [T, A, ...]
-    np.testing.assert_array_equal(obs["observation"], stacked(raw_obs))
-    np.testing.assert_array_equal(info["final_observation"]["observation"], stacked(raw_info["final_observation"]))
+    # Observations to rounding: the two steps are two computations XLA may round apart.
+    same = lambda ours, theirs: np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-7)  # noqa: E731
+    same(obs["observation"], stacked(raw_obs))
+    same(info["final_observation"]["observation"], stacked(raw_info["final_observation"]))
     for name, ours, theirs in (("reward", reward, raw_reward), ("terminated", terminated, raw_term),
                                ("truncated", truncated, raw_trunc)):  # fmt: skip
         np.testing.assert_array_equal(ours, stacked(theirs), err_msg=name)
@@ -75,8 +78,8 @@ def test_agent_batch_steps_like_the_env_with_time_limits_and_statistics():
     ended = np.arange(1, 16) % 6 == 0
     np.testing.assert_array_equal(truncated, np.repeat(ended[:, None], num, 1))
     assert not np.asarray(terminated).any()
-    np.testing.assert_array_equal(obs["global_state"][:, 0], raw_info["global_state"])
-    np.testing.assert_array_equal(info["final_observation"]["global_state"][:, 1], raw_info["final_global_state"])
+    same(obs["global_state"][:, 0], raw_info["global_state"])
+    same(info["final_observation"]["global_state"][:, 1], raw_info["final_global_state"])
     assert "valid" not in info  # MPE's agents never leave
     # Each agent's episode return, summed in NumPy, is reported at its episode's end.
     running = np.zeros(num)
@@ -386,27 +389,21 @@ def random_return(env_id: str, episodes: int = 2000) -> float:
     return float(jnp.mean(evaluation.evaluate(act, None, view, jax.random.key(0), episodes, params).returns))
 
 
-@pytest.fixture(scope="module")
-def spread_random_return() -> float:
-    """:func:`random_return` on simple_spread, computed once for both learning tests."""
-    pytest.importorskip("jaxmarl")
-    return random_return(SPREAD)
-
-
 @pytest.mark.learns
-@pytest.mark.parametrize("module", [ippo, mappo], ids=["ippo", "mappo"])
-def test_learns_simple_spread(module, spread_random_return):
+def test_mappo_learns_simple_spread():
     """MPE simple_spread (3 agents, 25 steps, per-agent reward): uniform random play
     returns about -26.3 per agent. With the preset (16 envs x 128 steps) and a budget
     of BUDGET env steps, the final deterministic evaluation (32 episodes) beats random
     play by at least MARGIN in at least 3 of 4 vmapped seeds. Shorter budgets leave too
     little margin: over 8 seeds (jax.random.key(0)) one seed of 8 ended below random + 3
     with IPPO at 150k and 200k steps and with MAPPO at 200k and 250k, 1 to 4 at 60k and
-    100k; the return climbs slowly after the first ~20k steps."""
-    baseline = spread_random_return
+    100k; the return climbs slowly after the first ~20k steps. (IPPO, which differs from
+    MAPPO in its critic's input alone: a row of benchmarks/learning_table.py.)"""
+    pytest.importorskip("jaxmarl")
+    baseline = random_return(SPREAD)
     assert -27.5 < baseline < -25.0
-    config = module.preset(SPREAD, total_timesteps=BUDGET, num_evals=1, eval_episodes=32, num_reports=0)
-    out = jax.jit(jax.vmap(module.train, in_axes=(0, None)))(jax.random.split(jax.random.key(0), 4), config)
+    config = mappo.preset(SPREAD, total_timesteps=BUDGET, num_evals=1, eval_episodes=32, num_reports=0)
+    out = jax.jit(jax.vmap(mappo.train, in_axes=(0, None)))(jax.random.split(jax.random.key(0), 4), config)
     final = np.asarray(out.metrics["eval_return"][:, -1])
     assert np.sum(final >= baseline + MARGIN) >= 3, (final, baseline)
 

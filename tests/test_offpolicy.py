@@ -1,6 +1,6 @@
 """DDPG, TD3 and SAC: their targets and losses against NumPy computations written here,
 the shared off-policy core, the API contract (jit, vmap, determinism, errors) and
-learning tests on Pendulum-v1 and CartPole-v1.
+TD3's and SAC's learning on Pendulum-v1.
 
 Compiles dominate on a 2-core CPU: the API tests share small configs whose programs
 compile once per transformation (module-scoped fixtures).
@@ -379,7 +379,7 @@ def _final_eval(metrics):
 
 
 @pytest.mark.learns
-@pytest.mark.parametrize("module", [ddpg, td3, sac], ids=["ddpg", "td3", "sac"])
+@pytest.mark.parametrize("module", [td3, sac], ids=["td3", "sac"])
 def test_learns_pendulum(module):
     """Pendulum-v1 with the default config (4 envs, 4 updates of batch 256 per iteration,
     the first 1k steps random, 64x64 networks) for 10k env steps, not the default 20k, to
@@ -387,22 +387,10 @@ def test_learns_pendulum(module):
     >= -250 in at least 2 of 3 seeds (random play scores about -1200 to -1500). (Nothing
     in these configs depends on the budget, so the first 10k steps of a default run are
     exactly this run.) In trials over 8 seeds (keys split from 42), the evaluation at 10k
-    reached -250 in 7 (SAC: one at -348; TD3: one at -264), and in all 8 for DDPG."""
+    reached -250 in 7 (SAC: one at -348; TD3: one at -264). DDPG, which TD3 extends, and
+    discrete SAC on CartPole-v1 are rows of benchmarks/learning_table.py."""
     config = module.Config(env_id="Pendulum-v1", num_reports=0, total_timesteps=10_000)
     keys = jax.random.split(jax.random.key(42), 3)
     out = jax.jit(jax.vmap(module.train, in_axes=(0, None)))(keys, config)
     final = _final_eval(out.metrics)
     assert (final >= -250).sum() >= 2, final
-
-
-@pytest.mark.learns
-def test_discrete_sac_learns_cartpole():
-    """CartPole-v1 with ``discrete=True`` and otherwise default settings, 30k env steps
-    (target entropy 0.5 log 2): final deterministic evaluation return (mean of 10
-    episodes) >= 300 in at least 2 of 3 seeds (random play scores about 20). Three
-    seeds, not five, to keep the suite's time in check."""
-    config = sac.Config(env_id="CartPole-v1", discrete=True, total_timesteps=30_000, num_reports=0)
-    keys = jax.random.split(jax.random.key(42), 5)[:3]
-    out = jax.jit(jax.vmap(sac.train, in_axes=(0, None)))(keys, config)
-    final = _final_eval(out.metrics)
-    assert (final >= 300).sum() >= 2, final

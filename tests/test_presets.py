@@ -72,3 +72,8 @@ def test_learning_table_statistics_against_numpy():
     _, config = learning_table.config_for(row, {"learning_rate": 3e-4})
     assert (config.num_envs, config.num_steps, config.learning_rate) == (16, 32, 3e-4)
     assert config.total_timesteps == row.budget and config.num_evals == learning_table.EVALS
+    # Every row's settings make a Config (the moved learning tests' settings among them).
+    for row in learning_table.ROWS:
+        if row.settings:
+            _, config = learning_table.config_for(row)
+            assert config.replace(**row.settings) == config, row  # each setting in place

@@ -2,7 +2,8 @@
 the sequence learner's losses against a step-by-step NumPy reference (each window run
 one step at a time, the memories zeroed after every episode end, targets bootstrapped
 through truncation and stopped at termination, burn-in excluded), one compile for seeds
-x settings, clear errors and a learning test on MaskedPendulum-v1.
+x settings and clear errors. (Its learning on MaskedPendulum-v1: a row of
+benchmarks/learning_table.py.)
 
 Compiles dominate on a 2-core CPU: jitted functions are shared through module-scoped
 fixtures and every test uses one small config.
@@ -311,33 +312,3 @@ def test_bad_memory_settings_are_clear_errors(overrides, message):
     with pytest.raises(ValueError, match=message):  # windows: Windows' arguments, built inside
         overrides = {k: Windows(*v) if k == "windows" else v for k, v in overrides.items()}
         sac.Config(**{**CONFIG.__dict__, **overrides})
-
-
-# ----------------------------------------------------------------------------- learning
-
-
-@pytest.mark.learns
-def test_recurrent_sac_learns_masked_pendulum():
-    """MaskedPendulum-v1 (cos and sin of the angle, no angular velocity): a 32-unit GRU
-    in the actor and in the critics after 64x64 torsos, windows of 10 steps (2 of
-    burn-in) every 5, 4 updates of 32 windows per iteration of 4 env steps, 12k env
-    steps: final deterministic evaluation return (mean of 20 episodes) >= -300 in at
-    least 2 of 3 vmapped seeds. In trials over 8 seeds evaluated every 1k steps (SAC has
-    no schedule over the run, so the evaluation at 12k is a 12k-step run's last), all 8
-    were at -256 to -156 at 12k; 7 of 8 passed at 11k, 13k and 14k, 6 at 10k."""
-    config = sac.Config(
-        env_id="MaskedPendulum-v1",
-        memory="gru",
-        memory_size=32,
-        windows=Windows(10, 2, 5),
-        batch_size=32,
-        total_timesteps=12_000,
-        num_evals=1,  # the final evaluation is the one asserted
-        eval_episodes=20,
-        num_reports=0,
-    )
-    keys = jax.random.split(jax.random.key(0), 3)
-    out = jax.jit(jax.vmap(sac.train, in_axes=(0, None)))(keys, config)
-    evals = np.asarray(out.metrics["eval_return"])
-    final = evals[:, ~np.isnan(evals[0])][:, -1]
-    assert (final >= -300).sum() >= 2, final
