@@ -177,25 +177,23 @@ ROWS = (
     # SAC's defaults through the Gymnasium bridge (host callbacks). As a test, over 5 seeds
     # evaluated every 2k steps: all >= -250 at 4k, 3-4 of 5 at 6k-10k, all at 12k-16k.
     Row("sac", "gymnasium:Pendulum-v1", 12_000),
-    # Learning tests that repeated what a cheaper test shows (the one kept is named), at
-    # their budgets and settings. IMPALA with its actors in step (the test keeps 4 updates
-    # of lag). DDPG (TD3's and SAC's Pendulum tests stay); the trials over 8 seeds (keys
-    # split from 42) reached -250 at 10k in all 8. Discrete SAC (SAC's Pendulum test and
-    # discrete SAC's loss against NumPy stay); as a test, >= 300 at 30k in 2 of 3 seeds.
+    # Learning tests that repeated what a kept test shows (named), at their budgets and
+    # settings; the trials behind each budget: benchmarks/RESULTS.md, "elemental emitters".
+    # IMPALA with its actors in step (the test keeps 4 updates of lag); DDPG (TD3's and
+    # SAC's Pendulum tests stay); discrete SAC (SAC's Pendulum test and its loss against
+    # NumPy stay).
     Row("impala", "CartPole-v1", 200_000, settings=dict(policy_lag=0)),
     Row("ddpg", "Pendulum-v1", 10_000),
     Row("sac", "CartPole-v1", 30_000, settings=dict(discrete=True)),
     # Recurrent SAC (its window and burn-in oracles and R2D2's memory chain stay): a 32-unit
-    # GRU in the actor and critics, windows of 10 steps (2 of burn-in) every 5. In trials
-    # over 8 seeds all 8 were at -256 to -156 at 12k.
+    # GRU in the actor and critics, windows of 10 steps (2 of burn-in) every 5.
     Row(
         "sac",
         "MaskedPendulum-v1",
         12_000,
         settings=dict(memory="gru", memory_size=32, windows=Windows(10, 2, 5), batch_size=32),
     ),
-    # IPPO (MAPPO's test stays): the preset, 16 envs x 128 steps; over 8 seeds one ended
-    # below random + 3 at 150k and 200k.
+    # IPPO (MAPPO's test stays): the preset, 16 envs x 128 steps.
     Row("ippo", "jaxmarl:MPE_simple_spread_v3", 300_000),
 )
 

@@ -35,10 +35,10 @@ ELEMENTAL_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
 def _compile_with_elemental_emitters() -> None:
     """XLA:CPU's elemental IR emitters instead of its fusion emitters, for this process
     and those it starts: another code generator for the same kernels, which compiles the
-    suite's small programs in about two thirds of the time. Two programs computing one
-    float may then round it apart, so tests compare separately compiled programs to
-    rounding (a resumed run and its straight twin, one program twice, stay exact). Only
-    where this jaxlib knows the flag (an unknown one aborts the process)."""
+    suite's small programs faster (benchmarks/RESULTS.md). Two computations of one float
+    (in two programs, or twice in one) may then round apart, so tests compare those to
+    rounding; one program run twice (a resumed run and its straight twin) stays exact.
+    Only where this jaxlib knows the flag (an unknown one aborts the process)."""
     flags = os.environ.get("XLA_FLAGS", "")
     if ELEMENTAL_EMITTERS in flags:
         return  # set by the process that started this one
