@@ -51,18 +51,19 @@ def _compile_with_elemental_emitters() -> None:
 def pytest_configure(config):
     """Tests compile with LLVM at -O0 and XLA:CPU's elemental emitters, since compiling is
     most of a test's time and both change how XLA:CPU generates its kernels, not what they
-    compute. Learning tests and ``optimised`` ones (convolutions), whose runs outweigh their
-    compiles, compile at XLA's default optimisation level (``pytest_runtest_protocol``; the
-    times: benchmarks/RESULTS.md, "The test suite at LLVM -O0" and the section after it)."""
+    compute. Tests marked ``optimised``, whose runs outweigh their compiles (most learning
+    tests, convolutions), compile at XLA's default optimisation level
+    (``pytest_runtest_protocol``; the times: benchmarks/RESULTS.md, "The test suite at LLVM
+    -O0" and the sections after it)."""
     _compile_with_elemental_emitters()
     _compile_optimised(False)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """A ``learns`` or ``optimised`` test's setup, call and teardown compile optimised: the
-    module fixture it trains in, set up for it, too."""
-    optimised = any(item.get_closest_marker(name) is not None for name in ("learns", "optimised"))
+    """An ``optimised`` test's setup, call and teardown compile optimised: the module
+    fixture it trains in, set up for it, too."""
+    optimised = item.get_closest_marker("optimised") is not None
     if optimised:
         _compile_optimised(True)
     try:

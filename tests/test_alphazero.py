@@ -195,6 +195,7 @@ def trained():
 
 
 @pytest.mark.learns
+@pytest.mark.optimised
 def test_learns_tic_tac_toe(trained):
     """150 iterations (86,400 self-play moves): with 64-simulation search the agent
     never loses to a uniformly random player in 100 games, half of them moving second,
@@ -222,6 +223,7 @@ CONNECT_FOUR = az.Config(env_id="pgx:connect_four", num_evals=2, num_reports=0)
 
 
 @pytest.mark.learns
+@pytest.mark.optimised
 def test_beats_a_random_player_at_connect_four():
     """102,400 self-play moves: with 16-simulation search the agent wins at least 95 of
     100 games against a uniformly random player, half of them moving second."""
@@ -516,6 +518,7 @@ CARTPOLE = az.Config(
 
 
 @pytest.mark.learns
+@pytest.mark.optimised
 def test_learns_cartpole():
     """102,400 env steps: the greedy network (no search) returns at least 475 (of 500)
     on average over 16 evaluation episodes in at least 3 of 4 vmapped seeds.

@@ -309,6 +309,7 @@ def record_expert(expert_config, num_transitions):
 
 
 @pytest.mark.learns
+@pytest.mark.optimised
 def test_clones_a_cartpole_expert_from_the_command_line(tmp_path, capsys):
     """CartPole-v1: a PPO expert (default config, 500k steps); 10k transitions of its
     deterministic policy, saved to a file; ``python -m jaxrl train bc`` on that file
@@ -361,6 +362,7 @@ def test_clones_a_cartpole_expert_from_the_command_line(tmp_path, capsys):
 
 
 @pytest.mark.learns
+@pytest.mark.optimised
 def test_clones_a_pendulum_expert():
     """Pendulum-v1: a PPO expert (the Pendulum preset with 64x64 layers and GAE lambda
     0.95, fixed here so that retuning the preset does not change this test's expert; 300k

@@ -370,6 +370,7 @@ def _final_eval(metrics):
 
 
 @pytest.mark.learns
+@pytest.mark.optimised
 def test_rainbow_learns_cartpole():
     """CartPole-v1 with the Rainbow preset (prioritized replay, dueling, distributional,
     noisy, n-step) at 70k env steps instead of its default 100k, to keep the suite

@@ -145,6 +145,7 @@ def test_ppo_learns_cartpole_through_envpool():
 
 
 @pytest.mark.learns
+@pytest.mark.optimised
 def test_dqn_learns_cartpole_through_envpool():
     """DQN's default config (prioritized replay), 100k steps on envpool's CartPole-v1: the
     last three greedy evaluations (10 episodes each) average >= 350 for 2 of 3 seeds

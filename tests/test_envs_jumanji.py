@@ -259,6 +259,7 @@ def trained():
 
 
 @pytest.mark.learns
+@pytest.mark.optimised
 def test_ppo_packs_a_small_knapsack_better_than_random(trained):
     config, out = trained
     env, params = envs.make("jumanji:Knapsack-v1", **SMALL_KNAPSACK)

@@ -133,6 +133,7 @@ def test_a_missing_playground_says_how_to_install_it(monkeypatch):
 
 
 @pytest.mark.learns
+@pytest.mark.optimised
 def test_ppo_learns_cartpole_balance():
     """jaxrl's PPO on playground:CartpoleBalance, episodes cut at 200 steps (reward per
     step in [0, 1], so at most 200), 300k steps (16 envs x 64 steps, 10 epochs of 8

@@ -346,6 +346,7 @@ def test_openai_es_solves_cartpole():
 
 
 @pytest.mark.learns
+@pytest.mark.optimised
 def test_openai_es_solves_pendulum():
     """Pendulum-v1, OpenAI-ES at PENDULUM_OPENAI_ES (150 generations, 7.68M env steps): the
     final evaluation (16 episodes) >= -250 in at least 3 of 4 seeds (in trials over 8
@@ -355,6 +356,7 @@ def test_openai_es_solves_pendulum():
 
 
 @pytest.mark.learns
+@pytest.mark.optimised
 def test_snes_solves_pendulum():
     """Pendulum-v1, SNES at PENDULUM_SNES (100 generations, 5.12M env steps): the final
     evaluation (16 episodes) >= -250 in at least 3 of 4 seeds (in trials over 8 seeds 7

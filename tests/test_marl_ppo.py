@@ -390,6 +390,7 @@ def random_return(env_id: str, episodes: int = 2000) -> float:
 
 
 @pytest.mark.learns
+@pytest.mark.optimised
 def test_mappo_learns_simple_spread():
     """MPE simple_spread (3 agents, 25 steps, per-agent reward): uniform random play
     returns about -26.3 per agent. With the preset (16 envs x 128 steps) and a budget

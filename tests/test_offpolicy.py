@@ -379,6 +379,7 @@ def _final_eval(metrics):
 
 
 @pytest.mark.learns
+@pytest.mark.optimised
 @pytest.mark.parametrize("module", [td3, sac], ids=["td3", "sac"])
 def test_learns_pendulum(module):
     """Pendulum-v1 with the default config (4 envs, 4 updates of batch 256 per iteration,

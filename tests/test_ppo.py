@@ -228,6 +228,7 @@ def _final_eval(metrics):
 
 
 @pytest.mark.learns
+@pytest.mark.optimised
 def test_learns_cartpole():
     """CartPole-v1, default config at 300k steps (not its 500k): final deterministic
     evaluation return (mean of 10 episodes) >= 475 in at least 4 of 5 seeds. In trials
@@ -241,6 +242,7 @@ def test_learns_cartpole():
 
 
 @pytest.mark.learns
+@pytest.mark.optimised
 def test_learns_pendulum():
     """Pendulum-v1, the Pendulum preset, 300k steps: final deterministic evaluation return
     (mean of 50 episodes) >= -250 in at least 4 of 5 seeds.

@@ -198,6 +198,7 @@ def test_bad_traced_values_are_value_errors():
 
 
 @pytest.mark.learns
+@pytest.mark.optimised
 def test_learns_cartpole():
     """CartPole-v1 at the preset: one mirrored pair, 4 PPO iterations of rl-baselines3-zoo's
     PPO each and 4 fitness episodes a generation, 96 generations (196,608 training steps

@@ -32,6 +32,7 @@ def test_every_algorithm_has_presets_and_the_command_line_uses_them():
 
 
 @pytest.mark.learns
+@pytest.mark.optimised
 def test_ppo_preset_solves_mountain_car():
     """MountainCar-v0 at PPO's preset (observation normalisation, 16 x 16 steps, GAE
     lambda 0.98) but 750k env steps instead of its 1M: >= -125 in at least 3 of 4 seeds,

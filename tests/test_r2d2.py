@@ -406,6 +406,7 @@ def test_bad_traced_memory_settings_are_clear_errors():
 
 
 @pytest.mark.learns
+@pytest.mark.optimised
 def test_r2d2_learns_memory_chain():
     """MemoryChain-bsuite with ``memory_length=16``: the context bit is shown on an
     episode's first step only and the action on its 17th and last step earns +1 if it
