@@ -284,27 +284,7 @@ def test_bad_memory_settings_are_clear_errors(overrides, message):
 
 
 # --------------------------------------------------------------------------------------
-# Learning
-
-
-def final_eval(out) -> np.ndarray:
-    """Each seed's last evaluation return ``[seeds]``."""
-    returns = np.asarray(out.metrics["eval_return"])
-    return returns[:, np.isfinite(returns[0])][:, -1]
-
-
-@pytest.mark.learns
-def test_recurrent_ppo_solves_masked_cartpole_where_feed_forward_cannot():
-    """MaskedCartPole-v1 (cart position and pole angle, no velocities), the
-    ``ppo.preset`` (a 64-unit GRU over 16-step sequences), 500k env steps per seed, 4
-    seeds: the final deterministic evaluation (20 episodes) reaches >= 400 in at least 3
-    seeds. Feed-forward PPO at the same settings and budget stays below 200 in every
-    seed: without memory it cannot tell which way the pole moves."""
-    keys = jax.random.split(jax.random.key(0), 4)
-    recurrent = ppo.preset("MaskedCartPole-v1", num_evals=1, eval_episodes=20, num_reports=0)  # the final one
-    assert recurrent.total_timesteps == 500_000 and recurrent.memory == "gru"
-    final = final_eval(jax.jit(jax.vmap(ppo.train, in_axes=(0, None)))(keys, recurrent))
-    assert (final >= 400).sum() >= 3, final
-    feed_forward = recurrent.replace(memory="none", sequence_length=None)
-    final = final_eval(jax.jit(jax.vmap(ppo.train, in_axes=(0, None)))(keys, feed_forward))
-    assert (final < 200).all(), final
+# Learning: notebooks/memory.ipynb (run by tests/test_notebooks.py) trains feed-forward,
+# frame-stacked and recurrent PPO on MaskedCartPole-v1 at the preset's 500k steps, 4
+# seeds, and holds each to its result: feed-forward below 200 in every seed, the other
+# two at 400 or more in at least 3 of 4.

@@ -184,7 +184,8 @@ PRESETS = {
         clip_value_loss=False,
     ),
     # Memory: a GRU over 16-step sequences; 16 envs and a larger learning rate than
-    # CartPole's defaults (tests/test_memory.py's learning test and benchmarks/RESULTS.md).
+    # CartPole's defaults (notebooks/memory.ipynb, which the suite holds to its result, and
+    # benchmarks/RESULTS.md).
     "MaskedCartPole-v1": dict(
         num_envs=16,
         num_steps=64,
