@@ -143,7 +143,7 @@ import jax, jax.numpy as jnp
 jnp.ones(3).sum().block_until_ready()   # ... and runs a computation: no XLA flag can apply now
 from jaxrl.algorithms import ppo
 
-config = ppo.Config(total_timesteps=10_240, num_evals=2, num_reports=0)  # 20 iterations
+config = ppo.Config(total_timesteps=2_048, num_evals=2, num_reports=0)  # 4 iterations
 train = jax.jit(jax.vmap(ppo.train, in_axes=(0, None)))
 for call in range(10):
     finished = threading.Event()
@@ -165,7 +165,7 @@ def test_vmapped_training_after_jax_started_finishes_every_time():
     settings. Before the fix the second or third call deadlocked (of 100k env steps,
     as the investigation ran it). The deadlock struck as a call began, in the batched QR
     of the networks' initialisation (benchmarks/investigations/xla_cpu_qr_deadlock), so
-    the ten calls are what count, not their length: each trains 10k env steps."""
+    the ten calls are what count, not their length: each trains 2k env steps."""
     result = subprocess.run(
         [sys.executable, "-c", HANG_CHECK.format(timeout=240)], capture_output=True, text=True, timeout=1200
     )
