@@ -45,7 +45,7 @@ def tiny_config(name: str):
         return module.Config(num_steps=8, **TINY)
     if name == "reinforce":
         return module.Config(env_kwargs={"max_steps_in_episode": 16}, **TINY)
-    if name in ("dqn", "iql", "vdn"):  # iql, vdn: MultiAgentClimbing-v0
+    if name in ("dqn", "apex", "iql", "vdn"):  # iql, vdn: MultiAgentClimbing-v0
         return module.Config(**OFF_POLICY)
     if name == "r2d2":  # windows that fit the tiny buffer and warm-up
         return module.Config(windows=Windows(4, 1, 1), memory_size=4, **OFF_POLICY)

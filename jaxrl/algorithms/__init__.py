@@ -30,6 +30,7 @@ BUILT_IN = {
         "reinforce",
         "impala",
         "dqn",
+        "apex",
         "r2d2",
         "ddpg",
         "td3",

@@ -17,7 +17,7 @@ import dataclasses
 import functools
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from jaxrl import evaluation, loop
 
@@ -55,6 +55,10 @@ class Algorithm:
       variants: ``{name: {field: value}}``, named settings (DQN's ``"rainbow"``), the
         command line's ``--variant``.
       summary: one line for the command line's help and the docs.
+      actor_learner: the parts of a run whose actors and learner run apart
+        (:class:`ActorLearner`), for envs stepped on the host; None where the
+        algorithm has none. Such a run is not one compiled program (no ``train``
+        under ``jit`` / ``vmap``): :func:`jaxrl.workflow.actor_learner.run` drives it.
     """
 
     name: str
@@ -70,6 +74,7 @@ class Algorithm:
     presets: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     variants: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     summary: str = ""
+    actor_learner: ActorLearner | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -122,7 +127,41 @@ class Algorithm:
         return f"Algorithm({self.name!r}, Config={self.Config.__module__}.{self.Config.__qualname__})"
 
 
-_RECORD_ATTRIBUTES = frozenset(FUNCTIONS) | {"preset", "presets", "variants", "summary", "name"}
+_RECORD_ATTRIBUTES = frozenset(FUNCTIONS) | {"preset", "presets", "variants", "summary", "name", "actor_learner"}
+
+
+class ActorLearner(NamedTuple):
+    """An algorithm's parts for a run whose actors and learner run at the same time and
+    talk through a queue of blocks and a store of versioned parameters
+    (:func:`jaxrl.workflow.actor_learner.run`). The learner's work on a block is the
+    lock-step algorithm's ``update``, fed a real block instead of its own rollout.
+
+    Attributes:
+      prepare: ``prepare(config) -> config``, the settings such a run uses (IMPALA's
+        emulated ``policy_lag`` is 0: the lag is real).
+      learner_init: ``learner_init(key, config) -> state``, the learner's state: no envs.
+      actor_init: ``actor_init(key, config, actor, num_actors) -> actor_state``, actor
+        ``actor``'s envs reset (``actor`` and ``num_actors`` are Python ints: each
+        actor's reset is traced on its own, as a host env belongs to one reset).
+      published: ``published(state) -> params``, what actors act with (IMPALA: the
+        params; Ape-X: with the target network's, for the actors' priorities).
+      collect: ``collect(actor_state, params, key, config, actor, num_actors) ->
+        (actor_state, block)``, one fixed-shape block of the actor's envs (``actor`` a
+        traced int32 scalar: one compiled program serves every actor).
+      learn: ``learn(state, block, key, config) -> (state, metrics)``, one learner
+        iteration on a block; metrics include ``timesteps`` (env steps learned from).
+      block_steps: ``block_steps(config) -> int``, the env steps one block holds.
+      num_iterations: ``num_iterations(config) -> int``, the blocks a run learns from.
+    """
+
+    prepare: Callable
+    learner_init: Callable
+    actor_init: Callable
+    published: Callable
+    collect: Callable
+    learn: Callable
+    block_steps: Callable
+    num_iterations: Callable
 
 
 def config_program(init: Callable, step: Callable, evaluate: Callable) -> Callable:

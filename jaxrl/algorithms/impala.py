@@ -1,11 +1,15 @@
 """IMPALA (Espeholt et al., 2018, arXiv:1802.01561): actor-critic with V-trace off-policy
 correction for actors that act with stale params.
 
-The actors run in lock-step with the learner here, so ``policy_lag = k`` makes them act
-with the params of ``k`` updates ago, kept in the state (``lagged_params``, oldest
-first): the staleness that V-trace corrects. Its targets and policy-gradient advantages
-truncate the importance weights at ``rho_bar`` / ``c_bar``, ``gae_lambda`` is V-trace's
-trace-cutting lambda; the loss and the one gradient step per rollout are
+In one compiled program (``train``) the actors run in lock-step with the learner, so
+``policy_lag = k`` makes them act with the params of ``k`` updates ago, kept in the
+state (``lagged_params``, oldest first): the staleness that V-trace corrects. With
+actors apart from the learner (:func:`jaxrl.workflow.actor_learner.run`, ``python -m
+jaxrl train impala --actors 2``) the lag is real: each actor collects a rollout with the
+newest params it pulled, and the learner's update is this one, fed those rollouts.
+Its targets and policy-gradient advantages truncate the importance weights at
+``rho_bar`` / ``c_bar``, ``gae_lambda`` is V-trace's trace-cutting lambda; the loss and
+the one gradient step per rollout are
 :class:`jaxrl.algorithms.policy_gradient.PolicyGradient`'s. With ``policy_lag=0``,
 infinite ``rho_bar`` / ``c_bar`` and ``gae_lambda=1`` the targets are A2C's at lambda 1. ::
 
@@ -24,6 +28,7 @@ from flax import struct
 
 from jaxrl import returns
 from jaxrl.algorithms import onpolicy
+from jaxrl.algorithms.contract import ActorLearner
 from jaxrl.algorithms.onpolicy import State
 from jaxrl.algorithms.policy_gradient import PolicyGradient, normalized, step_mask
 from jaxrl.config import require_int, require_range, static
@@ -114,10 +119,57 @@ def collect_lagged(state: State, key: jax.Array, config: Config):
     return onpolicy.collect(state, behaviour, key, config)
 
 
-algorithm = onpolicy.Learner(init, update, collect=collect_lagged).algorithm(
+learner = onpolicy.Learner(init, update, collect=collect_lagged)
+
+
+# ----------------------------------------------------------------------------- actors apart from the learner
+
+
+def actor_learner_config(config: Config) -> Config:
+    """The decoupled run's settings: ``policy_lag`` 0, as its actors' lag is real."""
+    return config.replace(policy_lag=0)
+
+
+def learner_init(key: jax.Array, config: Config) -> State:
+    """:func:`init`'s network and optimiser (from the same key), without envs."""
+    network_key, _ = jax.random.split(key)
+    return onpolicy.init_learner(network_key, config, updates_per_iteration=1)
+
+
+def actor_init(key: jax.Array, config: Config, actor: int, num_actors: int) -> State:
+    """One actor's ``num_envs`` envs, reset from ``key``."""
+    return onpolicy.init_actor(key, config)
+
+
+def actor_collect(state: State, params: dict, key: jax.Array, config: Config, actor, num_actors: int):
+    """A block: :func:`jaxrl.algorithms.onpolicy.collect`'s rollout ``[num_steps,
+    num_envs]`` acting with ``params``, the behaviour log-probabilities in its extras."""
+    return onpolicy.collect(state, params, key, config)
+
+
+def learn(state: State, trajectory: Trajectory, key: jax.Array, config: Config):
+    """The learner's iteration on an actor's rollout: :meth:`jaxrl.algorithms.onpolicy.Learner.learn`
+    (this module's :func:`update`), ``timesteps`` advanced by the rollout's steps."""
+    state = state.replace(timesteps=state.timesteps + config.num_envs * config.num_steps)
+    return learner.learn(state, trajectory, key, config)
+
+
+ACTOR_LEARNER = ActorLearner(
+    prepare=actor_learner_config,
+    learner_init=learner_init,
+    actor_init=actor_init,
+    published=lambda state: state.params,
+    collect=actor_collect,
+    learn=learn,
+    block_steps=lambda config: config.num_envs * config.num_steps,
+    num_iterations=lambda config: config.num_iterations,
+)
+
+algorithm = learner.algorithm(
     "impala",
     Config,
     PRESETS,
     summary="IMPALA: actor-critic with V-trace for actors acting with stale params",
+    actor_learner=ACTOR_LEARNER,
 )
 __getattr__ = algorithm.module_getattr(__name__)  # impala.step, impala.train, impala.preset: the record's

@@ -420,19 +420,39 @@ def current_learning_rate(opt_state) -> jax.Array:
 def init(key: jax.Array, config, updates_per_iteration: int) -> State:
     """Network, optimiser and ``num_envs`` freshly reset envs. Checks the traced fields
     (the Config's and its parts')."""
-    config.check_traced()
-    env, env_params = make_env(config)
-    spec = envs.config_spec(config)
     network_key, env_key = jax.random.split(key)
+    learner = init_learner(network_key, config, updates_per_iteration)
+    actor = init_actor(env_key, config)
+    return learner.replace(env_state=actor.env_state, obs=actor.obs, carry=actor.carry)
+
+
+def init_learner(key: jax.Array, config, updates_per_iteration: int) -> State:
+    """A learner's state without envs (``env_state``, ``obs`` and ``carry`` are ``()``):
+    the network from ``key`` and its optimiser. Checks the traced fields."""
+    config.check_traced()
+    spec = envs.config_spec(config)
     params = {
-        "network": init_network(network_key, config),
+        "network": init_network(key, config),
         "obs_stats": envs.observation_stats_init(spec.observation, spec.obs_classes),
     }
     params["network"] = policy_exploration(config.sde).initial_params(params["network"])
-    obs, env_state = rollout.reset(env, env_params, env_key, config.num_envs)
     return State(
         params=params,
         opt_state=make_optimizer(config, updates_per_iteration).init(params["network"]),
+        env_state=(),
+        obs=(),
+        timesteps=jnp.zeros((), jnp.int32),
+    )
+
+
+def init_actor(key: jax.Array, config) -> State:
+    """An actor's state: ``num_envs`` envs reset from ``key`` and the policy's initial
+    carry (``params`` and ``opt_state`` are ``()``: an actor acts with params it is given)."""
+    env, env_params = make_env(config)
+    obs, env_state = rollout.reset(env, env_params, key, config.num_envs)
+    return State(
+        params=(),
+        opt_state=(),
         env_state=env_state,
         obs=obs,
         timesteps=jnp.zeros((), jnp.int32),
@@ -757,7 +777,14 @@ class Learner(NamedTuple):
         update's, the episodes' (:attr:`episode_metrics`) and ``timesteps``."""
         collect_key, update_key = jax.random.split(key)
         state, trajectory = self.collect(state, collect_key, config)
-        state, metrics = self.update(state, trajectory, update_key, config)
+        return self.learn(state, trajectory, update_key, config)
+
+    def learn(self, state: State, trajectory: Trajectory, key: jax.Array, config):
+        """The learner's half of :meth:`step`, on a rollout it is given (a decoupled
+        actor's block, :mod:`jaxrl.workflow.actor_learner`): :attr:`update`, then the
+        rollout's observations folded into the running statistics. ``key``: the
+        update's. Metrics: the update's, the episodes' and ``timesteps``."""
+        state, metrics = self.update(state, trajectory, key, config)
         state = update_obs_stats(state, trajectory, config)
         metrics.update(self.episode_metrics(trajectory), timesteps=state.timesteps)
         return state, metrics

@@ -140,7 +140,31 @@ def _add_config_arguments(sub, record) -> None:
     sub.add_argument("--no-cache", action="store_true", help="disable the persistent compilation cache")
 
 
+def _add_actor_arguments(sub) -> None:
+    """The options of a run with actors apart from the learner (:class:`jaxrl.workflow.actor_learner.ActorOptions`)."""
+    sub.add_argument(
+        "--actors",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run N actor threads apart from the learner, for envs stepped on the host "
+        "(jaxrl.workflow.actor_learner; default: one compiled program, actors in lock-step)",
+    )
+    sub.add_argument(
+        "--queue-size", type=int, default=2, metavar="BLOCKS", help="with --actors: blocks the queue holds"
+    )
+    sub.add_argument(
+        "--learner-devices",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --actors: the first N devices run the learner, the actors the rest (default: %(default)s)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from jaxrl import algorithms
+
     parser = argparse.ArgumentParser(prog="python -m jaxrl", description="Train jaxrl agents.")
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="train an algorithm on an env, several seeds at once")
@@ -163,6 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
             "episodes instead (the classic 'solved' rule: 100)",
         )
         sub.add_argument("--plot", action="store_true", help="write learning curves as PNG (needs matplotlib)")
+        if algorithms.get(sub.prog.split()[-1]).actor_learner is not None:
+            _add_actor_arguments(sub)
     sweep = commands.add_parser("sweep", help="seeds x a grid of traced hyper-parameters in one compiled program")
     for sub in _algorithm_parsers(sweep, lambda name, record: f"sweep {name}"):
         sub.add_argument(
@@ -463,6 +489,8 @@ def train_command(args) -> int:
     record = algorithms.get(args.algorithm)
     config = make_config(record, args)
     _use_compilation_cache(args)
+    if getattr(args, "actors", None) is not None:
+        return _train_actor_learner(record, config, args)
     program = record.program(config)
     num_iterations, total, counter = program.num_iterations, program.budget, program.counter
     unit = "env step" if counter == "timesteps" else "update"
@@ -529,6 +557,81 @@ def train_command(args) -> int:
             "steps_per_second" if counter == "timesteps" else f"{counter}_per_second": steps_per_second,
             "stopped_early": result.stopped_early,
             f"{counter}_done": done,
+        }
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=2)
+    return 0
+
+
+def _train_actor_learner(record, config, args) -> int:
+    """``train ALGORITHM --actors N``: :func:`jaxrl.workflow.actor_learner.run`, then a
+    summary with the pipeline's rates and policy lags."""
+    import numpy as np
+
+    from jaxrl.workflow import actor_learner, metrics
+
+    if args.seeds != 1:
+        raise UsageError("--actors trains one seed (one learner); run seeds as separate commands")
+    if args.devices is not None:
+        raise UsageError("--actors places its devices with --learner-devices, not --devices")
+    try:
+        actors = actor_learner.ActorOptions(
+            actors=args.actors, queue_size=args.queue_size, learner_devices=args.learner_devices
+        )
+        parts = record.actor_learner
+        prepared = parts.prepare(config)
+        total = parts.num_iterations(prepared) * parts.block_steps(prepared)
+        print(f"{args.algorithm} on {config.env_id}: {args.actors} actor(s) x {total:,} env steps (compiling...)")
+        options = _run_options(args, progress=not args.no_progress)
+        num_iterations = parts.num_iterations(prepared)
+        result = actor_learner.run(
+            record,
+            config,
+            actors=actors,
+            seed=args.seed,
+            chunk_iterations=_chunking(args, num_iterations),
+            target=None
+            if args.target_return is None
+            else metrics.Target(args.target_return, episodes=args.target_episodes),
+            options=options,
+        )
+    except ValueError as error:
+        if _failed_while_running(error):
+            raise
+        raise UsageError(str(error)) from None
+    rows = result.metrics
+    eval_return = float(metrics.latest_finite(rows["eval_return"])[0])
+    train_return = float(metrics.latest_finite(rows["episode_return"])[0])
+    done = int(rows["timesteps"][0, -1]) if rows["timesteps"].size else 0
+    lags = result.lags
+    percentiles = np.percentile(lags, [50, 90, 100]) if lags.size else [np.nan] * 3
+    print(f"compiled in {result.compile_seconds:.1f} s")
+    print(f"eval return {eval_return:.1f}, train return {train_return:.1f} after {done:,} env steps")
+    print(
+        f"actors {sum(result.actor_steps) / result.run_seconds:,.0f} env steps/s, learner "
+        f"{result.completed / result.run_seconds:,.1f} updates/s; policy lag p50 {percentiles[0]:.0f}, "
+        f"p90 {percentiles[1]:.0f}, max {percentiles[2]:.0f}; actor idle "
+        f"{float(np.nanmean(rows['actor_idle_fraction'])):.0%}; actor restarts {result.restarts}"
+    )
+    if result.stopped_early:
+        print(f"reached the target return {args.target_return:g} after {done:,} env steps")
+    print(
+        f"wall time {result.compile_seconds + result.run_seconds:.1f} s, {done / result.run_seconds:,.0f} env steps/s"
+    )
+    if args.json:
+        summary = {
+            "algorithm": args.algorithm,
+            "env_id": config.env_id,
+            "actors": args.actors,
+            "eval_return": [eval_return],
+            "train_return": [train_return],
+            "timesteps_done": done,
+            "compile_seconds": result.compile_seconds,
+            "run_seconds": result.run_seconds,
+            "steps_per_second": done / result.run_seconds if result.run_seconds else math.nan,
+            "policy_lag": {"p50": float(percentiles[0]), "p90": float(percentiles[1]), "max": float(percentiles[2])},
+            "actor_restarts": result.restarts,
+            "stopped_early": result.stopped_early,
         }
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=2)

@@ -1,0 +1,599 @@
+"""Actors and a learner apart: for envs stepped on the host (Gymnasium through the bridge,
+envpool, a simulator of its own), actors collect while the learner learns. ::
+
+    from jaxrl.workflow import actor_learner
+    from jaxrl.algorithms import impala
+
+    result = actor_learner.run("impala", impala.Config(env_id="gymnasium:CartPole-v1"), actors=2)
+    result.metrics["eval_return"], result.lags          # [1, rows]; every update's policy lag
+
+**What runs where.** Each actor is a thread that owns ``num_envs`` envs (its own reset,
+so its own host vector env) and calls one compiled program per block: ``num_steps``
+steps of its envs with the newest params it pulled from the :class:`ParameterStore`,
+then puts the fixed-shape block, tagged with those params' version, on a bounded
+:class:`BlockQueue`. The learner (the calling thread) takes blocks one at a time, runs
+the algorithm's compiled ``learn`` on each (its lock-step ``update``, fed a real block),
+and publishes the new params. XLA and host envs that release the GIL (envpool's C++
+threads) run beside each other; a Python env's step holds the GIL, so actors of
+pure-Python envs overlap the learner's XLA work but not each other's steps: put such
+envs in processes (Gymnasium's ``vectorization_mode="async"``: ``env_kwargs``).
+
+**Devices.** The learner runs on the first ``learner_devices`` devices (a block's env
+axis split over them, its state replicated); actors take the remaining devices in turn,
+or share the learner's first device where none remain (one CPU).
+
+**Records and runs.** The learner is driven by :func:`jaxrl.workflow.runner.drive`, in
+chunks of learner iterations, so logging, checkpoints, resume, the target, the
+progress bar and SIGTERM / SIGINT work as for every other run. A checkpoint holds the
+learner's state; a resumed run starts its actors on fresh episodes. An asynchronous run
+is not bit-reproducible (which params a block was collected with depends on timing);
+with one actor and ``fixed_lag=k`` block ``i`` is collected with the params of version
+``i - k``, so the run equals itself (the test mode).
+
+**Faults.** An actor whose env (or program) raises is restarted on fresh episodes, with
+the error on stderr, up to ``max_restarts`` times in a run; one more and the run stops
+with :class:`ActorFailed` naming the error. However a run ends, :class:`Pipeline`'s
+close stops and joins every actor thread.
+
+**Metrics**, per learner iteration: the algorithm's, ``policy_lag`` (learner version
+minus the block's), ``queue_occupancy`` (blocks waiting when the learner took one),
+``learner_wait_seconds``, and per chunk ``actor_steps_per_second``,
+``learner_updates_per_second``, ``actor_idle_fraction`` (actors' time blocked on a full
+queue) and ``actor_restarts``.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import queue
+import sys
+import threading
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from jaxrl import loop
+from jaxrl.workflow import rundir, runner
+from jaxrl.workflow.options import DEFAULTS, RunOptions
+
+PIPELINE_METRICS = (
+    "policy_lag",
+    "queue_occupancy",
+    "learner_wait_seconds",
+    "actor_steps_per_second",
+    "learner_updates_per_second",
+    "actor_idle_fraction",
+    "actor_restarts",
+)
+
+
+class ActorFailed(RuntimeError):
+    """An actor failed more often than the run's ``max_restarts`` allows."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorOptions:
+    """How a decoupled run's actors and learner are laid out.
+
+    Attributes:
+      actors: actor threads, each with the Config's ``num_envs`` envs.
+      queue_size: blocks the queue holds; a full queue blocks the actors.
+      fixed_lag: None: actors act with the newest params (asynchronous). An int ``k``
+        (with one actor): block ``i`` is collected with params version ``i - k`` (0
+        for the first ``k``), which makes the run reproducible (the test mode).
+      max_restarts: actor restarts a run allows (after an env raised) before it stops.
+      learner_devices: the first this many devices run the learner (a block's env
+        axis is split over them); actors run on the rest, or on the learner's first.
+      block_timeout: seconds the learner waits for a block before it stops with an error.
+      join_timeout: seconds closing waits for each actor thread.
+    """
+
+    actors: int = 2
+    queue_size: int = 2
+    fixed_lag: int | None = None
+    max_restarts: int = 3
+    learner_devices: int = 1
+    block_timeout: float = 600.0
+    join_timeout: float = 60.0
+
+    def __post_init__(self):
+        for name, low in (("actors", 1), ("queue_size", 1), ("max_restarts", 0), ("learner_devices", 1)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        if self.fixed_lag is not None:
+            if not isinstance(self.fixed_lag, int) or isinstance(self.fixed_lag, bool) or self.fixed_lag < 0:
+                raise ValueError(f"fixed_lag must be None or an int >= 0, got {self.fixed_lag!r}")
+            if self.actors != 1:
+                raise ValueError(
+                    f"fixed_lag (the reproducible test mode) needs actors=1: with {self.actors} actors the "
+                    "order of their blocks depends on timing"
+                )
+        for name in ("block_timeout", "join_timeout"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+                raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
+        if self.learner_devices > jax.device_count():
+            raise ValueError(
+                f"learner_devices={self.learner_devices}, but there are {jax.device_count()} device(s) "
+                "(on CPU, more are made with XLA_FLAGS=--xla_force_host_platform_device_count=N)"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    """What an actor sends: its index, its block's sequence number (counting from 0 for
+    each actor, on across restarts), the version of the params it acted with, the
+    block (device arrays), its env steps and the seconds its collection took."""
+
+    actor: int
+    sequence: int
+    version: int
+    data: Any
+    steps: int
+    collect_seconds: float
+
+
+class ParameterStore:
+    """Versioned parameters: the learner publishes, actors pull the newest or (with a
+    fixed lag) a given version. Versions only increase; the last ``keep`` are kept."""
+
+    def __init__(self, params, version: int = 0, keep: int = 1):
+        self._condition = threading.Condition()
+        self._kept = collections.OrderedDict({version: params})
+        self._keep = keep
+        self.version = version
+
+    def publish(self, params) -> int:
+        """Store ``params`` as the next version; returns it."""
+        with self._condition:
+            self.version += 1
+            self._kept[self.version] = params
+            while len(self._kept) > self._keep:
+                self._kept.popitem(last=False)
+            self._condition.notify_all()
+            return self.version
+
+    def latest(self) -> tuple[int, Any]:
+        """``(version, params)`` of the newest params."""
+        with self._condition:
+            return self.version, self._kept[self.version]
+
+    def wait_for(self, version: int, stop: threading.Event) -> tuple[int, Any] | None:
+        """``(version, params)`` of exactly ``version``, once it is published; None if
+        ``stop`` is set first."""
+        with self._condition:
+            while self.version < version:
+                if stop.is_set():
+                    return None
+                self._condition.wait(0.05)
+            if version not in self._kept:
+                raise RuntimeError(f"params version {version} is no longer kept (newest {self.version})")
+            return version, self._kept[version]
+
+
+class BlockQueue:
+    """A bounded FIFO of :class:`Block` s. ``put`` blocks while it is full (until a stop
+    is asked), ``get`` while it is empty (up to a timeout)."""
+
+    def __init__(self, size: int):
+        self._queue: queue.Queue = queue.Queue(size)
+
+    def put(self, block: Block, stop: threading.Event) -> float | None:
+        """Put ``block``; returns the seconds it waited for room, or None if ``stop``
+        was set before there was any."""
+        start = time.perf_counter()
+        while not stop.is_set():
+            try:
+                self._queue.put(block, timeout=0.05)
+                return time.perf_counter() - start
+            except queue.Full:
+                continue
+        return None
+
+    def get(self, timeout: float) -> Block | None:
+        """The oldest block, or None after ``timeout`` seconds without one."""
+        try:
+            return self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def occupancy(self) -> int:
+        return self._queue.qsize()
+
+    def drain(self) -> None:
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                return
+
+
+class Pipeline:
+    """The actor threads of one decoupled run, the queue and the parameter store. Use it
+    as a context (closing joins the actors); :meth:`start` with the first params, then
+    :meth:`get` blocks and :meth:`publish` params.
+
+    Args:
+      record: the algorithm (its :attr:`~jaxrl.algorithms.contract.Algorithm.actor_learner` parts).
+      config: the prepared config (``actor_learner.prepare``'s).
+      key: the actors' randomness (actor ``a``'s block ``i`` from ``fold_in(fold_in(key, a), i)``).
+      options: :class:`ActorOptions`.
+    """
+
+    def __init__(self, record, config, key: jax.Array, options: ActorOptions):
+        self.parts, self.config, self.options = record.actor_learner, config, options
+        self._key = key
+        self._queue = BlockQueue(options.queue_size)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._store: ParameterStore | None = None
+        self._error: BaseException | None = None
+        self.block_steps = self.parts.block_steps(config)
+        self.restarts = 0
+        self.failures: list[str] = []
+        self.steps = [0] * options.actors  # env steps each actor has put on the queue
+        self.idle_seconds = [0.0] * options.actors
+        num_actors = options.actors
+        self._collect = _cached(_collect_program, self.parts, config, num_actors)
+        devices = jax.devices()
+        rest = devices[options.learner_devices :]
+        self.actor_devices = [rest[i % len(rest)] if rest else devices[0] for i in range(num_actors)]
+
+    # -------------------------------------------------------------------- the learner's side
+
+    def start(self, params, version: int = 0) -> None:
+        """Start the actors, acting with ``params`` as version ``version``."""
+        keep = 1 if self.options.fixed_lag is None else self.options.fixed_lag + 1
+        self._store = ParameterStore(params, version, keep)
+        self._first_version = version
+        for actor in range(self.options.actors):
+            thread = threading.Thread(target=self._run_actor, args=(actor,), name=f"jaxrl-actor-{actor}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    @property
+    def started(self) -> bool:
+        return self._store is not None
+
+    @property
+    def version(self) -> int:
+        return self._store.version
+
+    def publish(self, params) -> int:
+        """The learner's new params, as the next version."""
+        return self._store.publish(params)
+
+    def get(self) -> tuple[Block, int]:
+        """``(block, occupancy)``: the oldest block and the blocks that were waiting.
+        Raises :class:`ActorFailed` once an actor failed too often, and ``TimeoutError``
+        after ``block_timeout`` seconds without a block."""
+        deadline = time.monotonic() + self.options.block_timeout
+        while True:
+            occupancy = self._queue.occupancy()
+            block = self._queue.get(timeout=0.05)
+            if block is not None:
+                return block, occupancy
+            if self._error is not None:
+                raise self._error
+            if not any(thread.is_alive() for thread in self._threads):
+                raise RuntimeError("every actor thread has stopped, none with an error")
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"no block from {self.options.actors} actor(s) in {self.options.block_timeout:g} s "
+                    "(ActorOptions.block_timeout)"
+                )
+
+    def close(self) -> None:
+        """Stop the actors and join their threads (``join_timeout`` each); a thread that
+        does not end in time is named in a warning (it is a daemon: exit does not wait)."""
+        self._stop.set()
+        self._queue.drain()
+        stuck = []
+        for thread in self._threads:
+            thread.join(self.options.join_timeout)
+            if thread.is_alive():
+                stuck.append(thread.name)
+        self._queue.drain()
+        if stuck:
+            import warnings
+
+            warnings.warn(f"actor thread(s) {', '.join(stuck)} did not stop within the join timeout", stacklevel=2)
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -------------------------------------------------------------------- an actor
+
+    def _pull(self, sequence: int):
+        if self.options.fixed_lag is None:
+            return self._store.latest()
+        version = self._first_version + max(0, sequence - self.options.fixed_lag)
+        return self._store.wait_for(version, self._stop)
+
+    def _run_actor(self, actor: int) -> None:
+        config, device, num_actors = self.config, self.actor_devices[actor], self.options.actors
+        actor_key = jax.random.fold_in(self._key, actor)
+        # Its own trace of the reset: a host env belongs to one reset (jaxrl.envs.gymnasium).
+        init = jax.jit(lambda key: self.parts.actor_init(key, config, actor, num_actors))
+        actor_index = jax.device_put(jnp.int32(actor), device)
+        sequence, starts, cached = 0, 0, (None, None)
+        while not self._stop.is_set():
+            try:
+                reset_key = jax.random.fold_in(jax.random.fold_in(actor_key, 1 << 30), starts)
+                state = init(jax.device_put(reset_key, device))
+                starts += 1
+                while not self._stop.is_set():
+                    pulled = self._pull(sequence)
+                    if pulled is None:
+                        return
+                    version, params = pulled
+                    if cached[0] != version:
+                        cached = (version, jax.device_put(params, device))
+                    key = jax.device_put(jax.random.fold_in(actor_key, sequence), device)
+                    start = time.perf_counter()
+                    state, data = self._collect(state, cached[1], key, actor_index)
+                    data = jax.block_until_ready(data)
+                    block = Block(actor, sequence, version, data, self.block_steps, time.perf_counter() - start)
+                    waited = self._queue.put(block, self._stop)
+                    if waited is None:
+                        return
+                    with self._lock:
+                        self.steps[actor] += self.block_steps
+                        self.idle_seconds[actor] += waited
+                    sequence += 1
+            except Exception as error:  # noqa: BLE001 - an env's error of any kind restarts the actor
+                message = f"actor {actor} failed: {type(error).__name__}: {error}"
+                with self._lock:
+                    self.restarts += 1
+                    self.failures.append(message)
+                    over = self.restarts > self.options.max_restarts
+                if over:
+                    self._error = ActorFailed(
+                        f"{message}\nthe run stops: actors failed {self.restarts} times, more than "
+                        f"max_restarts={self.options.max_restarts}"
+                    )
+                    self._stop.set()
+                    return
+                print(
+                    f"jaxrl: {message.splitlines()[0]} -- restarting it on fresh episodes "
+                    f"(restart {self.restarts} of at most {self.options.max_restarts})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+
+def _cached(make, *args):
+    """``make(*args)``, shared by every run with the same (hashable) arguments."""
+    try:
+        return _shared(make, *args)
+    except TypeError:  # an unhashable config (arrays as fields): no sharing
+        return make(*args)
+
+
+@functools.lru_cache(maxsize=16)
+def _shared(make, *args):
+    return make(*args)
+
+
+def _collect_program(parts, config, num_actors: int):
+    """The actors' compiled block, one for all actors (``actor`` is an argument)."""
+
+    def collect(state, params, key, actor):
+        return parts.collect(state, params, key, config, actor, num_actors)
+
+    return jax.jit(collect, donate_argnums=0)
+
+
+class _LearnerPrograms:
+    """The learner's compiled programs for one algorithm and config: its init, its
+    iteration on a block (compiled once per block layout), the params it publishes
+    (copies: the next iteration donates the state, and actors still read them) and
+    the evaluation."""
+
+    def __init__(self, record, config):
+        parts = record.actor_learner
+        self.init = jax.jit(functools.partial(parts.learner_init, config=config))
+        self.learn = jax.jit(functools.partial(parts.learn, config=config), donate_argnums=0)
+        self.publish = jax.jit(lambda state: jax.tree.map(jnp.copy, parts.published(state)))
+        self.evaluate = jax.jit(functools.partial(record.evaluate, config=config))
+        self._compiled = {}
+
+    def compiled_learn(self, state, block, key):
+        """``learn`` compiled for arguments like these (compiling now, not at the first call)."""
+        leaves, structure = jax.tree.flatten((state, block))
+        signature = (str(structure), tuple((x.shape, str(x.dtype), x.sharding) for x in leaves))
+        if signature not in self._compiled:
+            self._compiled[signature] = self.learn.lower(state, block, key).compile()
+        return self._compiled[signature]
+
+
+@dataclasses.dataclass
+class ActorLearnerResult(runner.RunResult):
+    """:class:`jaxrl.workflow.runner.RunResult` (one lane) and the pipeline's record:
+    ``lags``, every learner update's policy lag (``[iterations]``); ``actor_steps``, the
+    env steps each actor sent; ``restarts`` and ``failures``, the actors' restarts and
+    their errors."""
+
+    lags: np.ndarray = None
+    actor_steps: list = None
+    restarts: int = 0
+    failures: list = None
+
+
+def _learner_placement(options: ActorOptions):
+    """``(state_sharding, block_placer)`` on the first ``learner_devices`` devices."""
+    devices = jax.devices()[: options.learner_devices]
+    if len(devices) == 1:
+        return devices[0], lambda block: jax.device_put(block, devices[0])
+    mesh = Mesh(np.array(devices), ("learner",))
+    replicated = NamedSharding(mesh, PartitionSpec())
+    split = NamedSharding(mesh, PartitionSpec(None, "learner"))
+
+    def place(block):  # the env axis (1) of [T, N, ...] leaves split over the devices
+        return jax.tree.map(
+            lambda x: jax.device_put(x, split if x.ndim >= 2 and x.shape[1] % len(devices) == 0 else replicated),
+            block,
+        )
+
+    return replicated, place
+
+
+def run(
+    algorithm,
+    config,
+    *,
+    actors: int | ActorOptions = 2,
+    seed: int = 0,
+    chunk_iterations: int | None = None,
+    metrics_every: int = 1,
+    target=None,
+    options: RunOptions = DEFAULTS,
+) -> ActorLearnerResult:
+    """Train ``algorithm`` (a name, record or module with ``actor_learner`` parts: IMPALA,
+    Ape-X DQN) on ``config`` with actors apart from the learner.
+
+    Args:
+      actors: the number of actors, or :class:`ActorOptions`.
+      seed: the run's randomness (the learner's init and updates, the actors' envs).
+      chunk_iterations / metrics_every / target / options: as
+        :func:`jaxrl.workflow.runner.run`'s (a chunk is learner iterations, one block
+        each). ``options.mesh`` is not used: :class:`ActorOptions` places the devices.
+    """
+    from jaxrl import algorithms
+
+    record = algorithms.resolve(algorithm)
+    if record.actor_learner is None:
+        having = [n for n in algorithms.BUILT_IN if algorithms.get(n).actor_learner is not None]
+        raise ValueError(
+            f"{record.name} has no form with actors apart from its learner; algorithms that have: {', '.join(having)}"
+        )
+    actor_options = actors if isinstance(actors, ActorOptions) else ActorOptions(actors=actors)
+    if options.mesh is not None:
+        raise ValueError(
+            "options.mesh is for lanes of one program; an actor-learner run places its devices "
+            "with ActorOptions.learner_devices"
+        )
+    parts = record.actor_learner
+    config = parts.prepare(config)
+    num_iterations = parts.num_iterations(config)
+    block_steps = parts.block_steps(config)
+    if chunk_iterations is None:
+        chunk_iterations = runner.default_chunk_iterations(num_iterations)
+    if not isinstance(chunk_iterations, int) or not 1 <= chunk_iterations <= num_iterations:
+        raise ValueError(f"chunk_iterations must be an int in [1, {num_iterations}], got {chunk_iterations!r}")
+    init_key, run_key, actor_key = jax.random.split(jax.random.key(seed), 3)
+    state_placement, place_block = _learner_placement(actor_options)
+    programs = _cached(_LearnerPrograms, record, config)
+    publish, evaluate = programs.publish, programs.evaluate
+    num_evals = getattr(config, "num_evals", 0)
+    pipeline = Pipeline(record, config, actor_key, actor_options)
+    lags: list[int] = []
+    compiled = {}
+
+    def init():
+        return {"state": jax.device_put(programs.init(init_key), state_placement)}
+
+    def chunk(tree, length):
+        if "learn" not in compiled:  # compiled here, so that the run's compile time is apart from its run time
+            block = place_block(jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), block_shape(tree)))
+            compiled["learn"] = programs.compiled_learn(tree["state"], block, run_key)
+
+        def call(tree, start):
+            start = int(start)
+            state = tree["state"]
+            if not pipeline.started:  # the first chunk, or the first after a resume
+                pipeline.start(publish(state), version=start)
+            steps_before, idle_before = sum(pipeline.steps), sum(pipeline.idle_seconds)
+            begin = time.perf_counter()
+            rows = collections.defaultdict(list)
+            for iteration in range(start, start + length):
+                waited = time.perf_counter()
+                block, occupancy = pipeline.get()
+                waited = time.perf_counter() - waited
+                lag = pipeline.version - block.version
+                lags.append(lag)
+                step_key, eval_key = jax.random.split(jax.random.fold_in(run_key, iteration))
+                state, metrics = compiled["learn"](state, place_block(block.data), step_key)
+                pipeline.publish(publish(state))
+                nan = np.float32(np.nan)
+                metrics["eval_return"] = metrics["eval_length"] = nan
+                if num_evals and loop.is_checkpoint(iteration, num_iterations, num_evals):
+                    result = evaluate(state.params, eval_key)
+                    metrics["eval_return"] = jnp.mean(result.returns)
+                    metrics["eval_length"] = jnp.mean(result.lengths.astype(jnp.float32))
+                metrics.update(policy_lag=lag, queue_occupancy=occupancy, learner_wait_seconds=waited)
+                for name, value in metrics.items():
+                    rows[name].append(value)
+            rows = {name: np.asarray(jax.device_get(values)) for name, values in rows.items()}
+            seconds = time.perf_counter() - begin
+            idle = (sum(pipeline.idle_seconds) - idle_before) / (actor_options.actors * seconds)
+            per_chunk = {
+                "actor_steps_per_second": (sum(pipeline.steps) - steps_before) / seconds,
+                "learner_updates_per_second": length / seconds,
+                "actor_idle_fraction": idle,
+                "actor_restarts": pipeline.restarts,
+            }
+            rows.update({name: np.full(length, value, np.float64) for name, value in per_chunk.items()})
+            return {"state": state}, {name: values[None] for name, values in rows.items()}
+
+        return call
+
+    def block_shape(tree):
+        def one_block(state):
+            actor_state = parts.actor_init(jax.random.key(0), config, 0, actor_options.actors)
+            return parts.collect(
+                actor_state, parts.published(state), jax.random.key(0), config, 0, actor_options.actors
+            )
+
+        return jax.eval_shape(lambda state: one_block(state)[1], tree["state"])
+
+    def metric_names(tree, length):
+        learned = jax.eval_shape(lambda s, b: parts.learn(s, b, run_key, config)[1], tree["state"], block_shape(tree))
+        return set(learned) | {"eval_return", "eval_length"} | set(PIPELINE_METRICS)
+
+    driven = runner.Driven(
+        name=record.name,
+        init=init,
+        chunk=chunk,
+        metric_names=metric_names,
+        num_iterations=num_iterations,
+        counter="timesteps",
+        budget=num_iterations * block_steps,
+    )
+    meta = rundir.meta(
+        record.name,
+        config,
+        seeds=1,
+        seed=seed,
+        chunk_iterations=chunk_iterations,
+        metrics_every=metrics_every,
+        actors=dataclasses.asdict(actor_options),
+    )
+    with pipeline:
+        result = runner.drive(
+            driven,
+            meta=meta,
+            chunk_iterations=chunk_iterations,
+            metrics_every=metrics_every,
+            target=target,
+            options=options,
+        )
+    result.state = result.state["state"]
+    return ActorLearnerResult(
+        **{field.name: getattr(result, field.name) for field in dataclasses.fields(runner.RunResult)},
+        lags=np.asarray(lags, np.int64),
+        actor_steps=list(pipeline.steps),
+        restarts=pipeline.restarts,
+        failures=list(pipeline.failures),
+    )

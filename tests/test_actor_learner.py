@@ -1,0 +1,301 @@
+"""Actors and a learner apart (jaxrl.workflow.actor_learner): the queue and the parameter
+store, V-trace on blocks collected with stale params, the reproducible test mode, actor
+faults and restarts, shutdown, and IMPALA and Ape-X DQN learning CartPole through
+Gymnasium with two actors."""
+
+import os
+import signal
+import threading
+import types
+
+import gymnasium
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from gymnasium.envs.classic_control import CartPoleEnv
+from test_returns import oracle_vtrace
+
+from jaxrl.algorithms import apex, impala, onpolicy
+from jaxrl.algorithms.contract import ActorLearner
+from jaxrl.workflow import actor_learner, stopping
+from jaxrl.workflow.actor_learner import ActorOptions, BlockQueue, ParameterStore, Pipeline
+
+
+def actor_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("jaxrl-actor")]
+
+
+@pytest.fixture(autouse=True)
+def no_actor_threads_left():
+    yield
+    assert actor_threads() == [], "a run left actor threads behind"
+
+
+# ----------------------------------------------------------------------------- the queue and the store
+
+
+def counting_record(block_steps: int = 1):
+    """An algorithm whose actors' blocks are their own counters (no env): what a block
+    holds says which of the actor's blocks it is."""
+
+    def collect(state, params, key, config, actor, num_actors):
+        return state + 1, {"count": state, "actor": actor, "params": params}
+
+    parts = ActorLearner(
+        prepare=lambda config: config,
+        learner_init=None,
+        actor_init=lambda key, config, actor, num_actors: jnp.zeros((), jnp.int32),
+        published=None,
+        collect=collect,
+        learn=None,
+        block_steps=lambda config: block_steps,
+        num_iterations=None,
+    )
+    return types.SimpleNamespace(actor_learner=parts)
+
+
+def test_queue_never_drops_or_duplicates_a_block_and_versions_only_increase():
+    num_actors, num_blocks = 3, 3_000
+    options = ActorOptions(actors=num_actors, queue_size=2)
+    with Pipeline(counting_record(), "config", jax.random.key(0), options) as pipeline:
+        pipeline.start(jnp.int32(0))
+        seen = {actor: [] for actor in range(num_actors)}
+        versions = {actor: [] for actor in range(num_actors)}
+        for _ in range(num_blocks):
+            block, occupancy = pipeline.get()
+            assert 0 <= occupancy <= options.queue_size
+            assert block.version <= pipeline.version
+            assert int(block.data["actor"]) == block.actor
+            # The params a block was collected with are those of its version.
+            assert int(block.data["params"]) == block.version
+            assert int(block.data["count"]) == block.sequence
+            seen[block.actor].append(block.sequence)
+            versions[block.actor].append(block.version)
+            pipeline.publish(jnp.int32(pipeline.version + 1))
+    for actor in range(num_actors):
+        assert seen[actor] == list(range(len(seen[actor]))), "an actor's blocks arrived with a gap or twice"
+        assert np.all(np.diff(versions[actor]) >= 0)
+    assert sum(len(s) for s in seen.values()) == num_blocks
+    assert all(len(s) > 100 for s in seen.values())  # every actor took part
+
+
+def test_parameter_store_versions_only_increase_and_fixed_versions_wait():
+    store = ParameterStore("v0", keep=3)
+    stop = threading.Event()
+    seen = []
+
+    def reader():
+        while not stop.is_set():
+            seen.append(store.latest())
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    for version in range(1, 2_001):
+        assert store.publish(f"v{version}") == version
+    stop.set()
+    thread.join()
+    numbers = [version for version, _ in seen]
+    assert np.all(np.diff(numbers) >= 0) and all(params == f"v{v}" for v, params in seen)
+    assert store.wait_for(1_999, stop) == (1_999, "v1999")
+    with pytest.raises(RuntimeError, match="no longer kept"):
+        store.wait_for(5, stop)
+    stopped = threading.Event()
+    stopped.set()
+    assert store.wait_for(2_001, stopped) is None
+
+
+def test_block_queue_put_gives_up_when_stopped():
+    queue, stop = BlockQueue(1), threading.Event()
+    assert queue.put("a", stop) is not None
+    threading.Timer(0.2, stop.set).start()
+    assert queue.put("b", stop) is None
+    assert queue.get(0.01) == "a" and queue.get(0.01) is None
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        (dict(actors=0), "actors must be an int >= 1"),
+        (dict(queue_size=0), "queue_size"),
+        (dict(actors=2, fixed_lag=1), "fixed_lag .* needs actors=1"),
+        (dict(actors=1, fixed_lag=-1), "fixed_lag must be None or an int >= 0"),
+        (dict(learner_devices=64), "learner_devices=64, but there are"),
+        (dict(block_timeout=0), "block_timeout"),
+    ],
+)
+def test_bad_actor_options_are_refused(options, match):
+    with pytest.raises(ValueError, match=match):
+        ActorOptions(**options)
+
+
+def test_an_algorithm_without_actor_learner_parts_is_refused():
+    with pytest.raises(ValueError, match="ppo has no form with actors apart.*impala.*apex"):
+        actor_learner.run("ppo", None)
+
+
+# ----------------------------------------------------------------------------- IMPALA: real lag
+
+SMALL_IMPALA = impala.Config(env_id="CartPole-v1", num_envs=4, num_steps=8, total_timesteps=4 * 8 * 12, num_evals=1)
+
+
+def test_vtrace_on_blocks_k_versions_old_is_the_lock_step_loss():
+    """With one actor and fixed_lag=2, block i is collected with the params of version
+    i - 2: its behaviour log-probabilities are that version's, and the learner's loss on
+    it (the lock-step IMPALA loss) equals a NumPy loss on the NumPy V-trace oracle."""
+    lag, config = 2, impala.actor_learner_config(SMALL_IMPALA)
+    parts = impala.ACTOR_LEARNER
+    state = parts.learner_init(jax.random.key(1), config)
+    history = {0: state.params}
+    learn = jax.jit(lambda state, block, key: parts.learn(state, block, key, config))
+    options = ActorOptions(actors=1, queue_size=1, fixed_lag=lag)
+    with Pipeline(impala.algorithm, config, jax.random.key(2), options) as pipeline:
+        pipeline.start(state.params)
+        for i in range(7):
+            block, _ = pipeline.get()
+            assert block.version == max(0, i - lag) and pipeline.version - block.version == min(i, lag)
+            trajectory = block.data
+            behaviour, _ = onpolicy.trajectory_policy_and_value(history[block.version], trajectory, config)
+            np.testing.assert_allclose(
+                behaviour.log_prob(trajectory.action), trajectory.extras["log_prob"], rtol=1e-5, atol=1e-6
+            )
+
+            value_next = onpolicy.bootstrap_value(state.params, trajectory, config)
+            loss, metrics = impala.loss_fn(
+                state.params["network"], state.params["obs_stats"], trajectory, value_next, config
+            )
+            distribution, value = onpolicy.trajectory_policy_and_value(state.params, trajectory, config)
+            log_prob = np.asarray(distribution.log_prob(trajectory.action), np.float64)
+            log_rho = log_prob - np.asarray(trajectory.extras["log_prob"], np.float64)
+            if i >= 3:  # the learner has moved since those params acted
+                assert np.max(np.abs(log_rho)) > 0
+            vs, pg = np.zeros_like(log_rho), np.zeros_like(log_rho)
+            for env in range(config.num_envs):
+                vs[:, env], pg[:, env] = oracle_vtrace(
+                    *(np.asarray(x, np.float64)[:, env] for x in (value, value_next, trajectory.reward)),
+                    *(np.asarray(x)[:, env] for x in (trajectory.terminated, trajectory.truncated)),
+                    log_rho[:, env],
+                    config.gamma,
+                    config.rho_bar,
+                    config.c_bar,
+                    config.rho_bar,
+                    config.gae_lambda,
+                )
+            policy_loss = -np.mean(log_prob * pg)
+            value_loss = 0.5 * np.mean((np.asarray(value, np.float64) - vs) ** 2)
+            entropy = np.mean(np.asarray(distribution.entropy(), np.float64))
+            expected = policy_loss + config.vf_coef * value_loss - config.ent_coef * entropy
+            np.testing.assert_allclose(float(metrics["policy_loss"]), policy_loss, rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(float(metrics["value_loss"]), value_loss, rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(float(loss), expected, rtol=1e-4, atol=1e-5)
+
+            state, _ = learn(state, trajectory, jax.random.key(i))
+            history[pipeline.publish(state.params)] = state.params
+
+
+def test_one_actor_with_a_fixed_lag_equals_itself():
+    options = ActorOptions(actors=1, queue_size=1, fixed_lag=1)
+    first, second = (actor_learner.run("impala", SMALL_IMPALA, actors=options, seed=3) for _ in range(2))
+    assert first.completed == second.completed == 12
+    np.testing.assert_array_equal(first.lags, [0] + [1] * 11)
+    for a, b in zip(jax.tree.leaves(first.state.params), jax.tree.leaves(second.state.params)):
+        np.testing.assert_array_equal(a, b)
+    timing = set(actor_learner.PIPELINE_METRICS) - {"policy_lag", "actor_restarts"}
+    for name in set(first.metrics) - timing:
+        np.testing.assert_array_equal(first.metrics[name], second.metrics[name], err_msg=name)
+
+
+def test_a_stop_signal_stops_the_run_after_its_chunk_and_joins_the_actors():
+    config = SMALL_IMPALA.replace(total_timesteps=4 * 8 * 4_000)
+    timer = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(stopping.Interrupted) as stopped:
+            actor_learner.run("impala", config, actors=2, chunk_iterations=50)
+    finally:
+        timer.cancel()
+    assert 0 < stopped.value.iteration < 4_000 and stopped.value.iteration % 50 == 0
+    assert actor_threads() == []
+
+
+# ----------------------------------------------------------------------------- faults
+
+
+class FlakyCartPole(CartPoleEnv):
+    """CartPole that raises at an instance's ``at_step``-th step while the class has
+    ``crashes`` left (one used per raise, over all instances of the process)."""
+
+    crashes = 0
+
+    def __init__(self, at_step: int = 40, **kwargs):
+        super().__init__(**kwargs)
+        self.at_step, self.steps = at_step, 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == self.at_step and FlakyCartPole.crashes > 0:
+            FlakyCartPole.crashes -= 1
+            raise RuntimeError("simulated crash of the simulator")
+        return super().step(action)
+
+
+gymnasium.register("jaxrl_test/FlakyCartPole-v0", entry_point=FlakyCartPole, max_episode_steps=500)
+
+
+@pytest.mark.slow
+def test_an_actor_whose_env_raises_is_restarted_and_the_run_finishes(capfd):
+    FlakyCartPole.crashes = 1
+    config = impala.Config(
+        env_id="gymnasium:jaxrl_test/FlakyCartPole-v0", num_envs=4, num_steps=8, total_timesteps=4 * 8 * 40, num_evals=1
+    )
+    result = actor_learner.run("impala", config, actors=2)
+    assert result.completed == 40 and result.restarts == 1
+    assert "simulated crash of the simulator" in result.failures[0]
+    assert "restarting it on fresh episodes (restart 1 of at most 3)" in capfd.readouterr().err
+    assert result.metrics["actor_restarts"][0, -1] == 1
+
+
+@pytest.mark.slow
+def test_actors_that_keep_failing_stop_the_run_with_a_clear_error():
+    FlakyCartPole.crashes = 10**6
+    config = impala.Config(
+        env_id="gymnasium:jaxrl_test/FlakyCartPole-v0",
+        env_kwargs={"at_step": 3},
+        num_envs=2,
+        num_steps=8,
+        total_timesteps=2 * 8 * 40,
+        num_evals=1,
+    )
+    with pytest.raises(actor_learner.ActorFailed, match="(?s)simulated crash.*more than max_restarts=2"):
+        actor_learner.run("impala", config, actors=ActorOptions(actors=2, max_restarts=2))
+    assert actor_threads() == []
+
+
+# ----------------------------------------------------------------------------- learning through Gymnasium
+
+
+def runs_that_learn(algorithm, config, threshold: float, seeds=range(4)):
+    finals = []
+    for seed in seeds:
+        result = actor_learner.run(algorithm, config, actors=2, seed=seed, target=threshold)
+        finals.append(float(np.nanmax(result.metrics["eval_return"])))
+        assert result.lags.max() >= 1  # the actors really ran ahead of the learner
+    return finals
+
+
+@pytest.mark.learns
+@pytest.mark.optimised
+def test_impala_learns_cartpole_through_gymnasium_with_two_actors():
+    """IMPALA's defaults, two actors of 16 envs, 100k steps: an evaluation of >= 200 in
+    3 of 4 runs (measured: benchmarks/RESULTS.md, "Actors apart from the learner")."""
+    finals = runs_that_learn("impala", impala.Config(env_id="gymnasium:CartPole-v1", total_timesteps=100_000), 200.0)
+    assert sum(f >= 200.0 for f in finals) >= 3, finals
+
+
+@pytest.mark.learns
+@pytest.mark.optimised
+def test_apex_learns_cartpole_through_gymnasium_with_two_actors():
+    """Ape-X DQN's defaults, two actors of 8 envs, 50k steps: an evaluation of >= 200 in
+    3 of 4 runs (measured: benchmarks/RESULTS.md, "Actors apart from the learner")."""
+    finals = runs_that_learn("apex", apex.Config(env_id="gymnasium:CartPole-v1", total_timesteps=50_000), 200.0)
+    assert sum(f >= 200.0 for f in finals) >= 3, finals
