@@ -205,6 +205,27 @@ def test_one_actor_with_a_fixed_lag_equals_itself():
         np.testing.assert_array_equal(first.metrics[name], second.metrics[name], err_msg=name)
 
 
+def test_the_command_line_trains_with_actors_apart(capsys, tmp_path):
+    from jaxrl.workflow import cli
+
+    settings = ["--set", "num_envs=4", "--set", "num_steps=8", "--set", "num_evals=1", "--total-timesteps", "384"]
+    command = ["train", "impala", "--env", "CartPole-v1", "--actors", "2", "--no-progress", *settings]
+    assert cli.main([*command, "--json", str(tmp_path / "summary.json")]) == 0
+    out = capsys.readouterr().out
+    assert "2 actor(s) x 384 env steps" in out and "policy lag p50" in out and "actor restarts 0" in out
+    assert cli.main([*command, "--seeds", "2"]) == cli.USAGE_ERROR
+    assert "--actors trains one seed" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # PPO has no such option
+        cli.main(["train", "ppo", "--actors", "2"])
+
+
+def test_a_recurrent_impala_runs_with_its_memory_carried_across_blocks():
+    config = SMALL_IMPALA.replace(memory="gru", memory_size=8, total_timesteps=4 * 8 * 6)
+    result = actor_learner.run("impala", config, actors=2)
+    assert result.completed == 6 and np.all(np.isfinite(result.metrics["value_loss"]))
+    assert "core" in result.state.params["network"]["params"]  # the GRU the learner trained
+
+
 def test_a_stop_signal_stops_the_run_after_its_chunk_and_joins_the_actors():
     config = SMALL_IMPALA.replace(total_timesteps=4 * 8 * 4_000)
     timer = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGINT))

@@ -51,6 +51,7 @@ import queue
 import sys
 import threading
 import time
+import warnings
 from typing import Any
 
 import jax
@@ -303,8 +304,6 @@ class Pipeline:
                 stuck.append(thread.name)
         self._queue.drain()
         if stuck:
-            import warnings
-
             warnings.warn(f"actor thread(s) {', '.join(stuck)} did not stop within the join timeout", stacklevel=2)
 
     def __enter__(self) -> Pipeline:
