@@ -3,6 +3,7 @@ store, V-trace on blocks collected with stale params, the reproducible test mode
 faults and restarts, shutdown, and IMPALA and Ape-X DQN learning CartPole through
 Gymnasium with two actors."""
 
+import dataclasses
 import os
 import signal
 import threading
@@ -20,6 +21,7 @@ from jaxrl.algorithms import apex, impala, onpolicy
 from jaxrl.algorithms.contract import ActorLearner
 from jaxrl.workflow import actor_learner, stopping
 from jaxrl.workflow.actor_learner import ActorOptions, BlockQueue, ParameterStore, Pipeline
+from jaxrl.workflow.options import RunOptions
 
 
 def actor_threads():
@@ -226,17 +228,34 @@ def test_a_recurrent_impala_runs_with_its_memory_carried_across_blocks():
     assert "core" in result.state.params["network"]["params"]  # the GRU the learner trained
 
 
-def test_a_stop_signal_stops_the_run_after_its_chunk_and_joins_the_actors():
-    config = SMALL_IMPALA.replace(total_timesteps=4 * 8 * 4_000)
-    timer = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    try:
-        with pytest.raises(stopping.Interrupted) as stopped:
-            actor_learner.run("impala", config, actors=2, chunk_iterations=50)
-    finally:
-        timer.cancel()
-    assert 0 < stopped.value.iteration < 4_000 and stopped.value.iteration % 50 == 0
+class InterruptAfterFirstChunk:
+    """A logger that sends this process SIGINT when the first chunk's rows arrive: a
+    Ctrl-C at a known point of the run."""
+
+    def write(self, iteration, rows):
+        if iteration[-1] == 10:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def truncate(self, *args):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_a_stop_signal_checkpoints_joins_the_actors_and_the_run_resumes(tmp_path):
+    config = SMALL_IMPALA.replace(total_timesteps=4 * 8 * 40)
+    options = RunOptions(logdir=str(tmp_path / "run"), loggers=("csv", InterruptAfterFirstChunk()), checkpoint_every=1)
+    with pytest.raises(stopping.Interrupted) as stopped:
+        actor_learner.run("impala", config, actors=2, chunk_iterations=10, options=options)
+    assert stopped.value.iteration == 10 and stopped.value.checkpoint == 10
     assert actor_threads() == []
+    resumed = actor_learner.run(
+        "impala", config, actors=2, chunk_iterations=10, options=dataclasses.replace(options, resume=True)
+    )
+    assert resumed.completed == 40
+    np.testing.assert_array_equal(resumed.iterations, np.arange(1, 41))  # the first chunk's rows kept
+    assert resumed.metrics["timesteps"][0, -1] == 40 * 4 * 8  # the learner's count went on from the checkpoint
 
 
 # ----------------------------------------------------------------------------- faults
@@ -295,13 +314,18 @@ def test_actors_that_keep_failing_stop_the_run_with_a_clear_error():
 # ----------------------------------------------------------------------------- learning through Gymnasium
 
 
-def runs_that_learn(algorithm, config, threshold: float, seeds=range(4)):
-    finals = []
-    for seed in seeds:
+def runs_that_learn(algorithm, config, threshold: float, needed: int = 3, runs: int = 4) -> list:
+    """The best evaluation of each run (seeds 0, 1, ...) with two actors, each stopping at
+    ``threshold``; runs stop once ``needed`` of ``runs`` have reached it or can no longer."""
+    best = []
+    for seed in range(runs):
         result = actor_learner.run(algorithm, config, actors=2, seed=seed, target=threshold)
-        finals.append(float(np.nanmax(result.metrics["eval_return"])))
+        best.append(float(np.nanmax(result.metrics["eval_return"])))
         assert result.lags.max() >= 1  # the actors really ran ahead of the learner
-    return finals
+        reached = sum(b >= threshold for b in best)
+        if reached >= needed or reached + runs - len(best) < needed:
+            break
+    return best
 
 
 @pytest.mark.learns
@@ -309,14 +333,14 @@ def runs_that_learn(algorithm, config, threshold: float, seeds=range(4)):
 def test_impala_learns_cartpole_through_gymnasium_with_two_actors():
     """IMPALA's defaults, two actors of 16 envs, 100k steps: an evaluation of >= 200 in
     3 of 4 runs (measured: benchmarks/RESULTS.md, "Actors apart from the learner")."""
-    finals = runs_that_learn("impala", impala.Config(env_id="gymnasium:CartPole-v1", total_timesteps=100_000), 200.0)
-    assert sum(f >= 200.0 for f in finals) >= 3, finals
+    best = runs_that_learn("impala", impala.Config(env_id="gymnasium:CartPole-v1", total_timesteps=100_000), 200.0)
+    assert sum(b >= 200.0 for b in best) >= 3, best
 
 
 @pytest.mark.learns
 @pytest.mark.optimised
 def test_apex_learns_cartpole_through_gymnasium_with_two_actors():
-    """Ape-X DQN's defaults, two actors of 8 envs, 50k steps: an evaluation of >= 200 in
+    """Ape-X DQN's defaults, two actors of 4 envs, 50k steps: an evaluation of >= 200 in
     3 of 4 runs (measured: benchmarks/RESULTS.md, "Actors apart from the learner")."""
-    finals = runs_that_learn("apex", apex.Config(env_id="gymnasium:CartPole-v1", total_timesteps=50_000), 200.0)
-    assert sum(f >= 200.0 for f in finals) >= 3, finals
+    best = runs_that_learn("apex", apex.Config(env_id="gymnasium:CartPole-v1", total_timesteps=50_000), 200.0)
+    assert sum(b >= 200.0 for b in best) >= 3, best

@@ -186,3 +186,18 @@ def test_a_resumed_envpool_run_continues_with_fresh_episodes_and_says_so(tmp_pat
     with pytest.warns(UserWarning, match="continues with fresh episodes"):
         resumed = run(logdir, resume=True)
     assert resumed.completed == 8 and np.all(resumed.metrics["timesteps"][:, -1] == 256)
+
+
+def test_impala_with_actors_apart_steps_one_envpool_per_actor():
+    """Each actor's reset makes its own envpool (an env state names its reset), so two
+    actors step two envpools beside the learner; the learner's evaluation a third."""
+    from jaxrl.algorithms import impala
+    from jaxrl.workflow import actor_learner
+
+    config = impala.Config(
+        env_id="envpool:CartPole-v1", num_envs=4, num_steps=8, total_timesteps=4 * 8 * 30, num_evals=1
+    )
+    result = actor_learner.run("impala", config, actors=2)
+    assert result.completed == 30 and result.restarts == 0
+    assert all(steps > 0 for steps in result.actor_steps) and sum(result.actor_steps) >= 30 * 4 * 8
+    assert np.isfinite(result.metrics["eval_return"][0, -1])

@@ -1,0 +1,601 @@
+"""Actors apart from the learner (``jaxrl.workflow.actor_learner``) against the lock-step
+Gymnasium bridge: env steps/s of IMPALA and Ape-X DQN on a host env, and what overlap
+could give at most.
+
+    python benchmarks/actor_learner.py                            # impala + apex, 1 and 2 actors (~3 min, 2 cores)
+    python benchmarks/actor_learner.py --quick                    # small sizes: a smoke test
+    python benchmarks/actor_learner.py --algorithms impala --actors 1 2 4 --steps 40960
+    python benchmarks/actor_learner.py --env-id gymnasium:CartPole-v1 envpool:CartPole-v1
+    python benchmarks/actor_learner.py --learner-devices 1 --markdown out.md   # GPU: learner on GPU 0, actors after
+    XLA_FLAGS=--xla_force_host_platform_device_count=2 python benchmarks/actor_learner.py   # CPU, actors on CPU 1
+
+Default configs (``impala.Config``: 16 envs x 8 steps per block, one gradient step;
+``apex.Config``: 4 envs x 8 steps per block, 8 updates of batch 128 on prioritized
+replay, after ``learning_starts`` = 2,000 steps), ``num_evals=0``, ``num_reports=0``.
+Rows, for each algorithm and env id:
+
+* **env only**: the block's envs on the host (Gymnasium ``make_vec`` sync vector env,
+  ``SAME_STEP`` autoreset; or ``envpool.make``) stepped with random actions from Python.
+* **env + policy, host loop**: the same, each action from the algorithm's policy under
+  ``jax.jit`` (one call per time step, numpy in and out).
+* **env + policy, actor block** (``a``): one actor alone, as the decoupled run's actor
+  thread runs it: the algorithm's compiled ``collect`` block (the bridge, one host
+  callback per time step) called again and again.
+* **learner only** (``b``): the learner's compiled ``learn`` (``record.actor_learner``,
+  donating its state) called again and again on one pre-made block (Ape-X: after
+  ``learning_starts``, so every call makes its updates); updates/s, and the env steps/s
+  it could absorb (updates/s x block steps).
+* **lock-step bridge**: ``runner.run`` of the algorithm's one compiled program (collect,
+  then update, in one scan); steady state = env steps / ``run_seconds`` (its compile
+  apart).
+* **decoupled, k actors** (``--actors``): ``actor_learner.run``; steady state = env steps
+  the learner consumed / seconds, over the chunks after the first (the actors compile
+  their programs and fill the queue in the first); the whole-run rate beside it. Mean
+  policy lag and the actors' idle fraction (blocked on a full queue) over those chunks.
+* **bounds** from ``a`` and ``b`` (seconds per env step): serial ``1 / (a + b)``, what
+  lock-step should be; perfect overlap ``1 / max(a, b)``, the most one actor beside the
+  learner can give. k actors can do better only where their env steps run in parallel
+  (envpool's C++ threads, processes), not Python envs under one GIL.
+
+Everything runs in this one process, one row after another (the other benchmarks give
+each measurement a fresh process; here JAX's import and the lock-step compiles would
+double the time), with JAX's persistent compilation cache off. Floor rows report the
+fastest of ``--runs`` runs; lock-step and decoupled rows one run each. The decoupled
+runs of one config share the learner's compiled programs (``actor_learner`` caches
+them), so only the first decoupled row's compile time includes the learner's compile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import gc
+import importlib.util
+import os
+import sys
+import time
+import traceback
+from typing import Any
+
+from _harness import _cpu_snapshot, _other_cpu, fmt, machine_info, phase, report, speed_probe
+
+ALGORITHMS = ("impala", "apex")
+BACKENDS = ("gymnasium", "envpool")  # host envs whose floor rows this script knows how to step
+
+
+# ============================================================================ the case
+
+
+@dataclasses.dataclass
+class Case:
+    """One algorithm on one env id: the configs and where things run."""
+
+    algorithm: str
+    env_id: str
+    config: Any  # the lock-step config
+    prepared: Any  # the decoupled run's (``parts.prepare``)
+    parts: Any  # the algorithm's ActorLearner parts
+    num_envs: int
+    block_steps: int
+    num_iterations: int
+    chunk_iterations: int
+    actor_device: Any
+    learner_options: Any  # ActorOptions with the learner's devices
+
+
+def make_case(jax, algorithm: str, env_id: str, args) -> Case:
+    from jaxrl import algorithms
+    from jaxrl.algorithms import apex, impala
+    from jaxrl.workflow import actor_learner, runner
+
+    module = {"impala": impala, "apex": apex}[algorithm]
+    parts = algorithms.resolve(algorithm).actor_learner
+    config = module.Config(env_id=env_id, total_timesteps=args.steps, num_evals=0, num_reports=0)
+    prepared = parts.prepare(config)
+    num_iterations = parts.num_iterations(prepared)
+    chunk_iterations = runner.default_chunk_iterations(num_iterations, chunks=args.chunks)
+    devices = jax.devices()
+    rest = devices[args.learner_devices :]
+    return Case(
+        algorithm=algorithm,
+        env_id=env_id,
+        config=config,
+        prepared=prepared,
+        parts=parts,
+        num_envs=config.num_envs,
+        block_steps=parts.block_steps(prepared),
+        num_iterations=num_iterations,
+        chunk_iterations=chunk_iterations,
+        actor_device=rest[0] if rest else devices[0],
+        learner_options=actor_learner.ActorOptions(actors=1, learner_devices=args.learner_devices),
+    )
+
+
+def policy_fn(case: Case):
+    """``act(published, obs [N, ...], key) -> action [N]``, as the algorithm's actor acts."""
+    import jax.numpy as jnp
+
+    from jaxrl.algorithms import apex, dqn, onpolicy
+
+    config = case.prepared
+    if case.algorithm == "impala":
+        carry = onpolicy.initial_carry(config, case.num_envs)
+        return lambda params, obs, key: onpolicy.behaviour_step(params, obs, carry, key, config)[0]
+    epsilon = apex.lane_epsilons(jnp.zeros((), jnp.int32), config, 0, 1)
+    return lambda published, obs, key: dqn.act(published["params"], obs, (), key, config, epsilon=epsilon)[0]
+
+
+def published_params(jax, case: Case, device):
+    """The learner's initial published params (what an actor acts with), on ``device``."""
+    state = jax.jit(functools.partial(case.parts.learner_init, config=case.prepared))(jax.random.key(0))
+    return jax.device_put(case.parts.published(state), device)
+
+
+def host_vector_env(case: Case, seed: int):
+    """The block's ``num_envs`` envs as one host vector env: ``(env, action_space)``."""
+    backend, _, task = case.env_id.partition(":")
+    if backend == "envpool":
+        import envpool
+
+        env = envpool.make(task, env_type="gymnasium", num_envs=case.num_envs, batch_size=case.num_envs, seed=seed)
+        return env, env.action_space
+    import gymnasium
+    from gymnasium.vector import AutoresetMode
+
+    env = gymnasium.make_vec(
+        task,
+        num_envs=case.num_envs,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+    )
+    return env, env.single_action_space
+
+
+def timed(fn, runs: int):
+    """``fn()`` ``runs`` times: ``(fastest seconds, all seconds, other processes' CPUs
+    during each)``."""
+    times, others = [], []
+    for run in range(runs):
+        phase(f"run {run + 1} of {runs}")
+        before = _cpu_snapshot()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+        others.append(_other_cpu(before, _cpu_snapshot()))
+    return min(times), times, others
+
+
+# ============================================================================ rows
+
+
+def env_only(jax, case: Case, args) -> dict:
+    """Random actions through the host vector env, from a Python loop."""
+    import numpy as np
+
+    env, space = host_vector_env(case, args.seed)
+    rng = np.random.default_rng(args.seed)
+    num_steps = args.steps // case.num_envs
+
+    def run():
+        env.reset(seed=args.seed)
+        for _ in range(num_steps):
+            env.step(rng.integers(0, space.n, case.num_envs))
+
+    best, times, others = timed(run, args.runs)
+    env.close()
+    return dict(compile_s=0.0, run_s=best, run_times=times, other_cpu=others, env_steps=num_steps * case.num_envs)
+
+
+def env_policy_loop(jax, case: Case, args) -> dict:
+    """The host vector env, each time step's actions from the jitted policy."""
+    import numpy as np
+
+    act = policy_fn(case)
+    step_act = jax.jit(lambda params, obs, key, t: act(params, obs, jax.random.fold_in(key, t)))
+    params = published_params(jax, case, case.actor_device)
+    key = jax.device_put(jax.random.key(args.seed), case.actor_device)
+    env, _ = host_vector_env(case, args.seed)
+    num_steps = args.steps // case.num_envs
+    obs, _ = env.reset(seed=args.seed)
+    start = time.perf_counter()
+    jax.block_until_ready(step_act(params, obs, key, np.int32(0)))
+    compile_s = time.perf_counter() - start
+
+    def run():
+        obs, _ = env.reset(seed=args.seed)
+        for t in range(num_steps):
+            obs, *_ = env.step(np.asarray(step_act(params, obs, key, np.int32(t))))
+
+    best, times, others = timed(run, args.runs)
+    env.close()
+    return dict(compile_s=compile_s, run_s=best, run_times=times, other_cpu=others, env_steps=num_steps * case.num_envs)
+
+
+def actor_block(jax, case: Case, args) -> dict:
+    """One actor alone: its compiled ``collect`` block again and again (as the actor
+    thread calls it: a fresh key per block, waiting for each block). The row holds one
+    block (``block``), for the learner-only row."""
+    import jax.numpy as jnp
+
+    parts, config, device = case.parts, case.prepared, case.actor_device
+    params = published_params(jax, case, device)
+    init = jax.jit(lambda key: parts.actor_init(key, config, 0, 1))
+    collect = jax.jit(
+        lambda state, params, key, actor: parts.collect(state, params, key, config, actor, 1), donate_argnums=0
+    )
+    actor = jax.device_put(jnp.int32(0), device)
+    base_key = jax.random.key(args.seed)
+    start = time.perf_counter()
+    holder = {"state": init(jax.device_put(jax.random.fold_in(base_key, 1 << 30), device))}
+    holder["state"], block = collect(holder["state"], params, jax.device_put(base_key, device), actor)
+    block = jax.block_until_ready(block)
+    compile_s = time.perf_counter() - start  # tracing, compiling, creating the host envs, and the first block
+    num_blocks = args.steps // case.block_steps
+
+    def run():
+        for i in range(num_blocks):
+            key = jax.device_put(jax.random.fold_in(base_key, i + 1), device)
+            holder["state"], data = collect(holder["state"], params, key, actor)
+            jax.block_until_ready(data)
+
+    best, times, others = timed(run, args.runs)
+    return dict(
+        compile_s=compile_s,
+        run_s=best,
+        run_times=times,
+        other_cpu=others,
+        env_steps=num_blocks * case.block_steps,
+        block=block,
+    )
+
+
+def learner_only(jax, case: Case, args, block) -> dict:
+    """The learner's compiled ``learn`` again and again on one block, on the learner's devices."""
+    from jaxrl.workflow import actor_learner
+
+    if block is None:
+        raise RuntimeError("no block to learn from: the actor-block row failed")
+    parts, config = case.parts, case.prepared
+    placement, place_block = actor_learner._learner_placement(case.learner_options)
+    learn = jax.jit(functools.partial(parts.learn, config=config), donate_argnums=0)
+    key = jax.random.key(args.seed)
+    block = place_block(block)
+    holder = {"state": jax.device_put(jax.jit(functools.partial(parts.learner_init, config=config))(key), placement)}
+    start = time.perf_counter()
+    compiled = learn.lower(holder["state"], block, key).compile()
+    compile_s = time.perf_counter() - start
+    # Ape-X: fill replay to learning_starts first, so that every timed call makes its updates.
+    warm_up = -(-getattr(config, "learning_starts", 0) // case.block_steps) + 1
+    for i in range(warm_up):
+        holder["state"], _ = compiled(holder["state"], block, jax.random.fold_in(key, i))
+    jax.block_until_ready(holder["state"])
+    num_blocks = args.steps // case.block_steps
+
+    def run():
+        for i in range(num_blocks):
+            holder["state"], _ = compiled(holder["state"], block, jax.random.fold_in(key, i))
+        jax.block_until_ready(holder["state"])
+
+    best, times, others = timed(run, args.runs)
+    return dict(
+        compile_s=compile_s,
+        run_s=best,
+        run_times=times,
+        other_cpu=others,
+        env_steps=num_blocks * case.block_steps,
+        updates_per_s=num_blocks / best,
+    )
+
+
+def lock_step(jax, case: Case, args) -> dict:
+    """``runner.run``: the algorithm's one compiled program, envs through the bridge."""
+    from jaxrl.workflow import runner
+
+    before = _cpu_snapshot()
+    result = runner.run(case.algorithm, case.config, seeds=1, seed=args.seed, chunk_iterations=case.chunk_iterations)
+    other = _other_cpu(before, _cpu_snapshot())
+    steps = int(result.metrics["timesteps"][0, -1])
+    return dict(
+        compile_s=result.compile_seconds,
+        run_s=result.run_seconds,
+        run_times=[result.run_seconds],
+        other_cpu=[other],
+        env_steps=steps,
+        whole_steps_per_s=steps / result.run_seconds,
+    )
+
+
+def decoupled(jax, case: Case, args, actors: int) -> dict:
+    """``actor_learner.run`` with ``actors`` actor threads; steady state over the chunks
+    after the first (from each chunk's ``learner_updates_per_second``)."""
+    import numpy as np
+
+    from jaxrl.workflow import actor_learner
+
+    options = actor_learner.ActorOptions(
+        actors=actors, learner_devices=args.learner_devices, queue_size=args.queue_size
+    )
+    before = _cpu_snapshot()
+    result = actor_learner.run(
+        case.algorithm, case.config, actors=options, seed=args.seed, chunk_iterations=case.chunk_iterations
+    )
+    other = _other_cpu(before, _cpu_snapshot())
+    m = {name: np.asarray(values[0]) for name, values in result.metrics.items()}
+    steps = int(m["timesteps"][-1])
+    chunk = (np.asarray(result.iterations) - 1) // case.chunk_iterations  # each row's (= iteration's) chunk
+    first_chunk_rows = chunk == 0
+    # Every row of a chunk holds the chunk's rate: its seconds are its rows / that rate.
+    row_seconds = 1.0 / m["learner_updates_per_second"]
+    steady = ~first_chunk_rows
+    steady_s = row_seconds[steady].sum()
+    return dict(
+        compile_s=result.compile_seconds,
+        run_s=steady_s,
+        run_times=[result.run_seconds],
+        other_cpu=[other],
+        env_steps=int(steady.sum()) * case.block_steps,
+        whole_steps_per_s=steps / result.run_seconds,
+        first_chunk_s=float(row_seconds[first_chunk_rows].sum()),
+        lag=float(np.mean(result.lags[steady])),
+        idle=float(np.sum(m["actor_idle_fraction"][steady] * row_seconds[steady]) / steady_s),
+        actor_steps_per_s=float(np.sum(m["actor_steps_per_second"][steady] * row_seconds[steady]) / steady_s),
+        restarts=result.restarts,
+    )
+
+
+def overlap_bounds(actor_row: dict, learner_row: dict) -> list[dict]:
+    """Serial ``1 / (a + b)`` and perfect-overlap ``1 / max(a, b)`` steps/s from the
+    actor's ``a`` and the learner's ``b`` seconds per env step."""
+    a = actor_row["run_s"] / actor_row["env_steps"]
+    b = learner_row["run_s"] / learner_row["env_steps"]
+    return [
+        dict(kind="bound-serial", steps_per_s=1.0 / (a + b), a_us=1e6 * a, b_us=1e6 * b),
+        dict(kind="bound-overlap", steps_per_s=1.0 / max(a, b), a_us=1e6 * a, b_us=1e6 * b, gain=(a + b) / max(a, b)),
+    ]
+
+
+# ============================================================================ the plan
+
+
+def measure_case(jax, case: Case, args) -> list[dict]:
+    """Every row of one algorithm on one env id, one after another."""
+    key = dict(algorithm=case.algorithm, env_id=case.env_id)
+    rows = []
+
+    def measure(kind, fn, *fn_args, **extra):
+        """``fn``'s row (an exception becomes its ``error``), with ``steps_per_s``."""
+        print(f"  {case.algorithm} on {case.env_id}: {kind} ...", file=sys.stderr, flush=True)
+        gc.collect()
+        start = time.perf_counter()
+        row = {**key, "kind": kind, **extra, "loadavg_before": os.getloadavg()[0]}
+        try:
+            row.update(fn(jax, case, args, *fn_args))
+            row["steps_per_s"] = row["env_steps"] / row["run_s"]
+        except Exception as error:
+            traceback.print_exc()
+            row["error"] = f"{type(error).__name__}: {error}".strip()[:500]
+        status = row.get("error") or f"compile {row['compile_s']:.1f} s, {row['steps_per_s']:,.0f} steps/s"
+        print(f"    {status} (wall {time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
+        rows.append(row)
+        return row
+
+    measure("env", env_only)
+    measure("env-policy-loop", env_policy_loop)
+    actor_row = measure("actor-block", actor_block)
+    learner_row = measure("learner", learner_only, actor_row.pop("block", None))
+    lock_row = measure("lock-step", lock_step)
+    for actors in args.actors:
+        measure(f"decoupled-{actors}", decoupled, actors, actors=actors)
+    if "error" not in actor_row and "error" not in learner_row:
+        rows += [{**key, **bound} for bound in overlap_bounds(actor_row, learner_row)]
+    lock_rate = None if "error" in lock_row else lock_row["steps_per_s"]
+    for row in rows:
+        if lock_rate and "steps_per_s" in row:
+            row["vs_lock_step"] = row["steps_per_s"] / lock_rate
+    return rows
+
+
+LABELS = {
+    "env": "env only (random actions, host loop)",
+    "env-policy-loop": "env + policy: host loop, jitted policy per step",
+    "actor-block": "env + policy: one actor's compiled block (a)",
+    "learner": "learner only: compiled learn on one block (b)",
+    "lock-step": "lock-step bridge (runner.run)",
+    "bound-serial": "bound: serial, 1 / (a + b)",
+    "bound-overlap": "bound: perfect overlap, 1 / max(a, b)",
+}
+
+
+def label(row: dict) -> str:
+    kind = row["kind"]
+    if kind.startswith("decoupled-"):
+        actors = row["actors"]
+        return f"decoupled, {actors} actor{'s' if actors > 1 else ''} (actor_learner.run)"
+    return LABELS[kind]
+
+
+def table(rows: list[dict], cases: dict) -> tuple[list[str], list[list[str]]]:
+    headers = [
+        "algorithm",
+        "env",
+        "row",
+        "compile s",
+        "timed s",
+        "env steps/s",
+        "x lock-step",
+        "updates/s",
+        "whole-run steps/s",
+        "policy lag",
+        "actor idle",
+    ]
+    out = []
+    for r in rows:
+        case = cases[(r["algorithm"], r["env_id"])]
+        head = [r["algorithm"], f"{r['env_id']} ({case.num_envs}x{case.block_steps // case.num_envs})", label(r)]
+        if "error" in r:
+            out.append(head + ["FAILED (see below)"] + ["-"] * 7)
+            continue
+        bound = r["kind"].startswith("bound")
+        out.append(
+            head
+            + [
+                "-" if bound else f"{r['compile_s']:.1f}",
+                "-" if bound else f"{r['run_s']:.2f}",
+                f"{r['steps_per_s']:,.0f}",
+                fmt(r.get("vs_lock_step"), ".2f"),
+                fmt(r.get("updates_per_s"), ",.0f"),
+                fmt(r.get("whole_steps_per_s"), ",.0f"),
+                fmt(r.get("lag"), ".2f"),
+                f"{100 * r['idle']:.1f}%" if "idle" in r else "-",
+            ]
+        )
+    return headers, out
+
+
+def notes(rows: list[dict], cases: dict, args) -> list[str]:
+    lines = [f"error: {r['algorithm']} on {r['env_id']}, {label(r)}: {r['error']}" for r in rows if "error" in r]
+    for (algorithm, env_id), case in cases.items():
+        lines.append(
+            f"{algorithm} on {env_id}: block = {case.num_envs} envs x {case.block_steps // case.num_envs} steps = "
+            f"{case.block_steps} env steps; {case.num_iterations} blocks per timed run in chunks of "
+            f"{case.chunk_iterations}; actors on {case.actor_device}, learner on the first "
+            f"{args.learner_devices} device(s)"
+        )
+        mine = {r["kind"]: r for r in rows if (r["algorithm"], r["env_id"]) == (algorithm, env_id)}
+        overlap = mine.get("bound-overlap")
+        if overlap:
+            share = overlap["a_us"] / (overlap["a_us"] + overlap["b_us"])
+            lines.append(
+                f"{algorithm} on {env_id}: a = {overlap['a_us']:.1f} us (actor) and b = {overlap['b_us']:.1f} us "
+                f"(learner) per env step: the env + policy side is {100 * share:.0f}% of the serial time, so "
+                f"perfect overlap can give at most {overlap['gain']:.2f}x over serial"
+            )
+        for r in mine.values():
+            if r["kind"].startswith("decoupled-") and "error" not in r:
+                lines.append(
+                    f"{algorithm} on {env_id}, {r['actors']} actor(s): first chunk {r['first_chunk_s']:.1f} s "
+                    f"(the actors compile there), actors sent {r['actor_steps_per_s']:,.0f} env steps/s in the "
+                    f"steady chunks, restarts {r['restarts']}"
+                )
+    lines += [
+        "env steps/s: floor rows, the fastest of "
+        f"{args.runs} runs of {args.steps:,} env steps; learner only: the env steps it could absorb (updates/s x "
+        "block steps); lock-step: env steps / run_seconds (compile apart); decoupled: env steps the learner "
+        "consumed / seconds over the chunks after the first (the whole-run rate, first chunk included, beside it)",
+        "x lock-step = env steps/s / the lock-step row's; policy lag = learner version minus the block's, "
+        "mean over the steady chunks; actor idle = actors' time blocked on a full queue "
+        f"(queue size {args.queue_size})",
+        "all rows in one process, one after another; JAX's persistent compilation cache off",
+    ]
+    return lines
+
+
+# ============================================================================ main
+
+
+def run(args) -> int:
+    os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
+    import jax
+
+    jax.config.update("jax_enable_compilation_cache", False)
+    from jaxrl.workflow import actor_learner
+
+    try:
+        actor_learner.ActorOptions(actors=1, learner_devices=args.learner_devices)
+    except ValueError as error:
+        print(f"--learner-devices: {error}", file=sys.stderr)
+        return 2
+    start = time.perf_counter()
+    rows, cases, skipped = [], {}, []
+    for env_id in args.env_id:
+        backend = env_id.partition(":")[0]
+        if importlib.util.find_spec(backend) is None:
+            skipped.append(f"{env_id}: skipped, {backend} is not installed (pip install {backend})")
+            print(skipped[-1], file=sys.stderr, flush=True)
+            continue
+        for algorithm in args.algorithms:
+            case = make_case(jax, algorithm, env_id, args)
+            cases[(algorithm, env_id)] = case
+            rows += measure_case(jax, case, args)
+    if not rows:
+        print("nothing measured:", *skipped, sep="\n", file=sys.stderr)
+        return 1
+    rows[0]["machine"] = machine_info(jax, ("gymnasium",) + (("envpool",) if "envpool" in str(args.env_id) else ()))
+    phase("speed probe")
+    rows[-1]["probe_ms"] = speed_probe(jax)
+    wall = time.perf_counter() - start
+    headers, body = table(rows, cases)
+    title = (
+        f"Decoupled actors vs the lock-step bridge: {', '.join(args.algorithms)} on {', '.join(cases_envs(cases))}, "
+        f"{args.steps:,} env steps per timed run"
+    )
+    lines = skipped + notes(rows, cases, args) + [f"wall time of the whole benchmark: {wall:.0f} s"]
+    report(title, headers, body, lines, rows, args.markdown, left=(0, 1, 2))
+    return 1 if any("error" in r for r in rows) else 0
+
+
+def cases_envs(cases: dict) -> list[str]:
+    return list(dict.fromkeys(env_id for _, env_id in cases))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--algorithms", nargs="+", choices=ALGORITHMS, default=list(ALGORITHMS), help="default: %(default)s"
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="env steps per timed run, rounded down to whole blocks (default: 20480, --quick: 8192)",
+    )
+    parser.add_argument(
+        "--actors", type=int, nargs="+", default=[1, 2], help="actor counts of the decoupled rows (default: 1 2)"
+    )
+    parser.add_argument(
+        "--learner-devices",
+        type=int,
+        default=1,
+        help="the learner runs on the first K devices, actors on the rest (or on the first where none remain): "
+        "ActorOptions.learner_devices (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--queue-size", type=int, default=2, help="blocks the decoupled queue holds (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--env-id",
+        nargs="+",
+        default=["gymnasium:CartPole-v1"],
+        help="host env ids, gymnasium:<id> or envpool:<id>; envpool's are skipped where it is not installed "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--chunks", type=int, default=10, help="chunks per lock-step / decoupled run (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--runs", type=int, default=None, help="timed runs of each floor row, the fastest reported (default: 2)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="default: %(default)s")
+    parser.add_argument("--quick", action="store_true", help="small sizes and 1 run each: a smoke test")
+    parser.add_argument("--markdown", metavar="MD", help="also write the table and notes as Markdown")
+    args = parser.parse_args(argv)
+    args.runs = args.runs or (1 if args.quick else 2)
+    if args.steps is None:
+        args.steps = 8192 if args.quick else 20480
+    for env_id in args.env_id:
+        if env_id.partition(":")[0] not in BACKENDS or not env_id.partition(":")[2]:
+            parser.error(f"--env-id {env_id!r}: expected gymnasium:<id> or envpool:<id> (a host env)")
+    if min(args.actors) < 1 or args.runs < 1 or args.learner_devices < 1 or args.queue_size < 1:
+        parser.error("--actors, --runs, --learner-devices and --queue-size must be >= 1")
+    if args.chunks < 2:
+        parser.error("--chunks must be >= 2: the decoupled steady state leaves the first chunk out")
+    if args.steps < 128 * args.chunks:
+        parser.error(f"--steps must be at least 128 x --chunks = {128 * args.chunks} (a block per chunk)")
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
