@@ -213,33 +213,28 @@ def env_policy_loop(jax, case: Case, args) -> dict:
 
 
 def actor_block(jax, case: Case, args) -> dict:
-    """One actor alone: its compiled ``collect`` block again and again (as the actor
-    thread calls it: a fresh key per block, waiting for each block). The row holds one
-    block (``block``), for the learner-only row."""
-    import jax.numpy as jnp
+    """One actor alone: its blocks one after another, as the actor thread makes them
+    (``actor_learner.ActorPrograms``: host envs stepped from Python with one compiled
+    policy call per step, then the compiled ``finish``; a fresh key per block, waiting
+    for each). The row holds one block (``block``), for the learner-only row."""
+    from jaxrl.workflow import actor_learner
 
-    parts, config, device = case.parts, case.prepared, case.actor_device
+    device = case.actor_device
     params = published_params(jax, case, device)
-    init = jax.jit(lambda key: parts.actor_init(key, config, 0, 1))
-    collect = jax.jit(
-        lambda state, params, key, actor: parts.collect(state, params, key, config, actor, 1), donate_argnums=0
-    )
-    actor = jax.device_put(jnp.int32(0), device)
+    programs = actor_learner.ActorPrograms(case.parts, case.prepared, 1)
     base_key = jax.random.key(args.seed)
     start = time.perf_counter()
-    holder = {"state": init(jax.device_put(jax.random.fold_in(base_key, 1 << 30), device))}
-    holder["state"], block = collect(holder["state"], params, jax.device_put(base_key, device), actor)
-    block = jax.block_until_ready(block)
+    actor = programs.actor(0, device, jax.random.fold_in(base_key, 1 << 30))
+    block = jax.block_until_ready(actor.block(params, base_key))
     compile_s = time.perf_counter() - start  # tracing, compiling, creating the host envs, and the first block
     num_blocks = args.steps // case.block_steps
 
     def run():
         for i in range(num_blocks):
-            key = jax.device_put(jax.random.fold_in(base_key, i + 1), device)
-            holder["state"], data = collect(holder["state"], params, key, actor)
-            jax.block_until_ready(data)
+            jax.block_until_ready(actor.block(params, jax.random.fold_in(base_key, i + 1)))
 
     best, times, others = timed(run, args.runs)
+    actor.close()
     return dict(
         compile_s=compile_s,
         run_s=best,
@@ -399,7 +394,7 @@ def measure_case(jax, case: Case, args) -> list[dict]:
 LABELS = {
     "env": "env only (random actions, host loop)",
     "env-policy-loop": "env + policy: host loop, jitted policy per step",
-    "actor-block": "env + policy: one actor's compiled block (a)",
+    "actor-block": "one actor alone: its blocks, as its thread makes them (a)",
     "learner": "learner only: compiled learn on one block (b)",
     "lock-step": "lock-step bridge (runner.run)",
     "bound-serial": "bound: serial, 1 / (a + b)",

@@ -18,7 +18,6 @@ from gymnasium.envs.classic_control import CartPoleEnv
 from test_returns import oracle_vtrace
 
 from jaxrl.algorithms import apex, impala, onpolicy
-from jaxrl.algorithms.contract import ActorLearner
 from jaxrl.workflow import actor_learner, stopping
 from jaxrl.workflow.actor_learner import ActorOptions, BlockQueue, ParameterStore, Pipeline
 from jaxrl.workflow.options import RunOptions
@@ -37,30 +36,28 @@ def no_actor_threads_left():
 # ----------------------------------------------------------------------------- the queue and the store
 
 
-def counting_record(block_steps: int = 1):
-    """An algorithm whose actors' blocks are their own counters (no env): what a block
-    holds says which of the actor's blocks it is."""
+class CountingActor:
+    """An actor without envs whose blocks are its own counter, the actor's index and the
+    params it was given: what a block holds says which of the actor's blocks it is."""
 
-    def collect(state, params, key, config, actor, num_actors):
-        return state + 1, {"count": state, "actor": actor, "params": params}
+    def __init__(self, actor, device, key):
+        self.actor, self.count = actor, 0
 
-    parts = ActorLearner(
-        prepare=lambda config: config,
-        learner_init=None,
-        actor_init=lambda key, config, actor, num_actors: jnp.zeros((), jnp.int32),
-        published=None,
-        collect=collect,
-        learn=None,
-        block_steps=lambda config: block_steps,
-        num_iterations=None,
-    )
-    return types.SimpleNamespace(actor_learner=parts)
+    def block(self, params, key):
+        self.count += 1
+        return {"count": jnp.int32(self.count - 1), "actor": jnp.int32(self.actor), "params": params}
+
+    def close(self):
+        pass
+
+
+COUNTING = types.SimpleNamespace(actor_learner=types.SimpleNamespace(block_steps=lambda config: 1))
 
 
 def test_queue_never_drops_or_duplicates_a_block_and_versions_only_increase():
     num_actors, num_blocks = 3, 3_000
     options = ActorOptions(actors=num_actors, queue_size=2)
-    with Pipeline(counting_record(), "config", jax.random.key(0), options) as pipeline:
+    with Pipeline(COUNTING, None, jax.random.key(0), options, make_actor=CountingActor) as pipeline:
         pipeline.start(jnp.int32(0))
         seen = {actor: [] for actor in range(num_actors)}
         versions = {actor: [] for actor in range(num_actors)}

@@ -50,18 +50,6 @@ class Config(dqn.Config):
 PRESETS = {}
 
 
-@struct.dataclass
-class ActorState:
-    """An actor's envs, and the last ``n_step - 1`` steps of its previous block, whose
-    n-step windows end in the next block."""
-
-    env_state: Any
-    obs: Any
-    timesteps: jax.Array  # int32 env steps this actor took
-    tail: dict  # transitions [n_step - 1, num_envs, ...]
-    tail_valid: jax.Array  # [n_step - 1] bool: False before the actor's first block
-
-
 def example_step(config: Config) -> dict:
     """One env step as an actor keeps it (obs, action, reward, flags, next_obs, valid)."""
     spec = envs.config_spec(config)
@@ -76,18 +64,12 @@ def example_transition(config: Config) -> dict:
     return {**example_step(config), "discount": jnp.zeros((), jnp.float32)}
 
 
-def actor_init(key: jax.Array, config: Config, actor: int, num_actors: int) -> ActorState:
-    """One actor's ``num_envs`` envs reset from ``key``, with an empty tail."""
-    env, env_params = offpolicy.make_env(config)
-    obs, env_state = rollout.reset(env, env_params, key, config.num_envs)
+def initial_tail(config: Config) -> dict:
+    """What an actor keeps between blocks: its last ``n_step - 1`` steps (``steps``,
+    leaves ``[n_step - 1, num_envs, ...]``), whose n-step windows end in the next block,
+    and whether they are real (``valid [n_step - 1]``: not before the first block)."""
     batch = lambda x: jnp.zeros((config.n_step - 1, config.num_envs) + x.shape, x.dtype)  # noqa: E731
-    return ActorState(
-        env_state=env_state,
-        obs=obs,
-        timesteps=jnp.zeros((), jnp.int32),
-        tail=jax.tree.map(batch, example_step(config)),
-        tail_valid=jnp.zeros((config.n_step - 1,), bool),
-    )
+    return {"steps": jax.tree.map(batch, example_step(config)), "valid": jnp.zeros((config.n_step - 1,), bool)}
 
 
 def lane_epsilons(timesteps: jax.Array, config: Config, actor, num_actors: int) -> jax.Array:
@@ -95,6 +77,14 @@ def lane_epsilons(timesteps: jax.Array, config: Config, actor, num_actors: int) 
     num_envs`` (the ``exploration`` part's, at ``timesteps`` steps of all actors)."""
     every = config.exploration.epsilons(timesteps, config.total_timesteps, num_actors * config.num_envs)
     return jax.lax.dynamic_slice_in_dim(every, actor * config.num_envs, config.num_envs)
+
+
+def actor_policy(published: dict, obs, carry, key: jax.Array, config: Config, actor, num_actors: int, timesteps):
+    """Epsilon-greedy in the published params' Q-values, with the lanes' epsilons
+    (:func:`lane_epsilons`, ``timesteps`` scaled to all actors' steps); no extras."""
+    epsilon = lane_epsilons(timesteps * num_actors, config, actor, num_actors)
+    action, carry = dqn.act(published["params"], obs, carry, key, config, epsilon=epsilon)
+    return action, carry, {}
 
 
 def n_step_transitions(window: dict, config: Config) -> dict:
@@ -110,21 +100,14 @@ def n_step_transitions(window: dict, config: Config) -> dict:
     return jax.tree.map(lambda x: x.reshape((starts, config.num_envs) + x.shape[1:]), batch)
 
 
-def actor_collect(state: ActorState, published: dict, key: jax.Array, config: Config, actor, num_actors: int):
-    """A block: ``num_steps`` epsilon-greedy steps of every env with the published
-    params, the n-step transitions that start at the ``num_steps`` steps ending where
-    this block's windows are complete (``transitions``, leaves ``[num_steps, num_envs,
-    ...]``; ``valid`` False where they start before the actor's first step), their TD
-    errors under the actor's online and target networks (``priority_error``) and the
-    block's finished episodes (``episodes``)."""
+def finish(tail: dict, trajectory, published: dict, key: jax.Array, config: Config):
+    """A block from a rollout ``[num_steps, num_envs]``: the n-step transitions that
+    start at the ``num_steps`` steps whose windows are complete (the tail's, then the
+    rollout's: ``transitions``, leaves ``[num_steps, num_envs, ...]``, ``valid`` False
+    where they start before the actor's first step), their TD errors under the actor's
+    online and target networks (``priority_error``) and the rollout's finished episodes
+    (``episodes``). Returns the new tail and the block."""
     params, target = published["params"], published["target"]
-    env, env_params = offpolicy.make_env(config)
-    collect_key, error_key = jax.random.split(key)
-    epsilon = lane_epsilons(state.timesteps * num_actors, config, actor, num_actors)
-    policy = lambda obs, carry, k: (*dqn.act(params, obs, carry, k, config, epsilon=epsilon), {})  # noqa: E731
-    trajectory, env_state, obs, _ = rollout.collect(
-        env, env_params, policy, state.env_state, state.obs, collect_key, config.num_steps, ()
-    )
     steps = {
         "obs": trajectory.obs,
         "action": trajectory.action,
@@ -134,31 +117,26 @@ def actor_collect(state: ActorState, published: dict, key: jax.Array, config: Co
         "next_obs": trajectory.next_obs,
         "valid": jnp.ones_like(trajectory.terminated) if trajectory.valid is None else trajectory.valid,
     }
-    window = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), state.tail, steps)
+    window = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), tail["steps"], steps)
+    starts_valid = jnp.concatenate([tail["valid"], jnp.ones((config.num_steps,), bool)])
     transitions = n_step_transitions(window, config)
-    starts_valid = jnp.concatenate([state.tail_valid, jnp.ones((config.num_steps,), bool)])[: config.num_steps]
-    transitions["valid"] = transitions["valid"] & starts_valid[:, None]
+    transitions["valid"] = transitions["valid"] & starts_valid[: config.num_steps, None]
     flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), transitions)
     flat["weight"] = jnp.ones(flat["reward"].shape, jnp.float32)
     _, (_, priority_error) = dqn.loss_fn(
-        params["network"], target, offpolicy.observe_batch(params, flat, config), error_key, config
+        params["network"], target, offpolicy.observe_batch(params, flat, config), key, config
     )
     keep = config.n_step - 1
-    state = ActorState(
-        env_state=env_state,
-        obs=obs,
-        timesteps=state.timesteps + config.num_envs * config.num_steps,
-        tail=jax.tree.map(lambda x: x[x.shape[0] - keep :], window),
-        tail_valid=jnp.concatenate([state.tail_valid, jnp.ones((config.num_steps,), bool)])[-keep:]
-        if keep
-        else state.tail_valid,
-    )
+    tail = {
+        "steps": jax.tree.map(lambda x: x[x.shape[0] - keep :], window),
+        "valid": starts_valid[starts_valid.shape[0] - keep :],
+    }
     block = {
         "transitions": transitions,
         "priority_error": priority_error.reshape(transitions["reward"].shape) * transitions["valid"],
         "episodes": rollout.episode_metrics(trajectory),
     }
-    return state, block
+    return tail, block
 
 
 def learner_init(key: jax.Array, config: Config) -> dqn.State:
@@ -231,9 +209,12 @@ def learn(state: dqn.State, block: dict, key: jax.Array, config: Config):
 ACTOR_LEARNER = ActorLearner(
     prepare=lambda config: config,
     learner_init=learner_init,
-    actor_init=actor_init,
     published=lambda state: {"params": state.params, "target": state.target_params},
-    collect=actor_collect,
+    make_env=offpolicy.make_env,
+    initial_carry=dqn.initial_carry,
+    initial_tail=initial_tail,
+    policy=actor_policy,
+    finish=finish,
     learn=learn,
     block_steps=lambda config: config.num_envs * config.num_steps,
     num_iterations=lambda config: config.num_iterations,

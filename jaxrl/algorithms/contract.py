@@ -133,21 +133,27 @@ _RECORD_ATTRIBUTES = frozenset(FUNCTIONS) | {"preset", "presets", "variants", "s
 class ActorLearner(NamedTuple):
     """An algorithm's parts for a run whose actors and learner run at the same time and
     talk through a queue of blocks and a store of versioned parameters
-    (:func:`jaxrl.workflow.actor_learner.run`). The learner's work on a block is the
-    lock-step algorithm's ``update``, fed a real block instead of its own rollout.
+    (:func:`jaxrl.workflow.actor_learner.run`). An actor steps its envs with
+    :attr:`policy` for ``num_steps`` steps (in a compiled scan for envs in JAX, from
+    Python for host envs), and :attr:`finish` turns the rollout into the block the
+    learner's :attr:`learn` takes: the lock-step algorithm's update, fed a real block.
 
     Attributes:
       prepare: ``prepare(config) -> config``, the settings such a run uses (IMPALA's
         emulated ``policy_lag`` is 0: the lag is real).
       learner_init: ``learner_init(key, config) -> state``, the learner's state: no envs.
-      actor_init: ``actor_init(key, config, actor, num_actors) -> actor_state``, actor
-        ``actor``'s envs reset (``actor`` and ``num_actors`` are Python ints: each
-        actor's reset is traced on its own, as a host env belongs to one reset).
       published: ``published(state) -> params``, what actors act with (IMPALA: the
         params; Ape-X: with the target network's, for the actors' priorities).
-      collect: ``collect(actor_state, params, key, config, actor, num_actors) ->
-        (actor_state, block)``, one fixed-shape block of the actor's envs (``actor`` a
-        traced int32 scalar: one compiled program serves every actor).
+      make_env: ``make_env(config) -> (env, env_params)``, an actor's env as the
+        lock-step rollout wraps it (episode statistics, action clipping).
+      initial_carry: ``initial_carry(config, num_envs)``, the policy's memory.
+      initial_tail: ``initial_tail(config)``, what an actor carries from one block to
+        the next besides its envs (Ape-X: the steps whose n-step windows are not complete).
+      policy: ``policy(params, obs, carry, key, config, actor, num_actors, timesteps)
+        -> (action, carry, extras)``, one step of actor ``actor`` (an int32 scalar) of
+        ``num_actors`` after ``timesteps`` of its env steps.
+      finish: ``finish(tail, trajectory, params, key, config) -> (tail, block)``, the
+        block of a rollout ``[num_steps, num_envs]`` (a :class:`jaxrl.types.Trajectory`).
       learn: ``learn(state, block, key, config) -> (state, metrics)``, one learner
         iteration on a block; metrics include ``timesteps`` (env steps learned from).
       block_steps: ``block_steps(config) -> int``, the env steps one block holds.
@@ -156,9 +162,12 @@ class ActorLearner(NamedTuple):
 
     prepare: Callable
     learner_init: Callable
-    actor_init: Callable
     published: Callable
-    collect: Callable
+    make_env: Callable
+    initial_carry: Callable
+    initial_tail: Callable
+    policy: Callable
+    finish: Callable
     learn: Callable
     block_steps: Callable
     num_iterations: Callable

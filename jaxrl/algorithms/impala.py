@@ -136,15 +136,10 @@ def learner_init(key: jax.Array, config: Config) -> State:
     return onpolicy.init_learner(network_key, config, updates_per_iteration=1)
 
 
-def actor_init(key: jax.Array, config: Config, actor: int, num_actors: int) -> State:
-    """One actor's ``num_envs`` envs, reset from ``key``."""
-    return onpolicy.init_actor(key, config)
-
-
-def actor_collect(state: State, params: dict, key: jax.Array, config: Config, actor, num_actors: int):
-    """A block: :func:`jaxrl.algorithms.onpolicy.collect`'s rollout ``[num_steps,
-    num_envs]`` acting with ``params``, the behaviour log-probabilities in its extras."""
-    return onpolicy.collect(state, params, key, config)
+def actor_policy(params: dict, obs, carry, key: jax.Array, config: Config, actor, num_actors: int, timesteps):
+    """One step of the rollout policy (:func:`jaxrl.algorithms.onpolicy.behaviour_policy`):
+    the behaviour log-probabilities, values and memory as extras."""
+    return onpolicy.behaviour_policy(params, config)(obs, carry, key)
 
 
 def learn(state: State, trajectory: Trajectory, key: jax.Array, config: Config):
@@ -157,9 +152,12 @@ def learn(state: State, trajectory: Trajectory, key: jax.Array, config: Config):
 ACTOR_LEARNER = ActorLearner(
     prepare=actor_learner_config,
     learner_init=learner_init,
-    actor_init=actor_init,
     published=lambda state: state.params,
-    collect=actor_collect,
+    make_env=onpolicy.make_env,
+    initial_carry=onpolicy.initial_carry,
+    initial_tail=lambda config: (),
+    policy=actor_policy,
+    finish=lambda tail, trajectory, params, key, config: (tail, trajectory),  # the rollout is the block
     learn=learn,
     block_steps=lambda config: config.num_envs * config.num_steps,
     num_iterations=lambda config: config.num_iterations,

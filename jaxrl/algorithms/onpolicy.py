@@ -653,6 +653,19 @@ def act(params: dict, obs: jax.Array, carry, key: jax.Array, config, determinist
     return action, carry
 
 
+def behaviour_policy(params: dict, config) -> rollout.PolicyFn:
+    """The rollout policy of ``params`` (:data:`jaxrl.rollout.PolicyFn`): ``(obs, carry,
+    key) -> (action, carry, extras)`` with the behaviour ``log_prob`` and ``value`` and
+    the memory that entered the step (``carry``) as extras."""
+
+    def policy(obs, carry, policy_key):
+        action, distribution, value, next_carry = behaviour_step(params, obs, carry, policy_key, config)
+        memory = _memory(carry, config)
+        return action, next_carry, {"log_prob": distribution.log_prob(action), "value": value, "carry": memory}
+
+    return policy
+
+
 def collect(state: State, params: dict, key: jax.Array, config, fresh_start: bool = False):
     """``num_steps`` steps in each of the ``num_envs`` envs, acting with ``params``.
 
@@ -671,13 +684,8 @@ def collect(state: State, params: dict, key: jax.Array, config, fresh_start: boo
         obs, env_state = rollout.reset(env, env_params, reset_key, config.num_envs)
         carry = initial_carry(config, config.num_envs)
 
-    def policy(obs, carry, policy_key):
-        action, distribution, value, next_carry = behaviour_step(params, obs, carry, policy_key, config)
-        memory = _memory(carry, config)
-        return action, next_carry, {"log_prob": distribution.log_prob(action), "value": value, "carry": memory}
-
     trajectory, env_state, obs, carry = rollout.collect(
-        env, env_params, policy, env_state, obs, key, config.num_steps, carry
+        env, env_params, behaviour_policy(params, config), env_state, obs, key, config.num_steps, carry
     )
     state = state.replace(
         env_state=env_state,

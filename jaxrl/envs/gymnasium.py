@@ -431,6 +431,11 @@ class GymnasiumEnv:
         }
         return obs, state.replace(count=scalars[3]), reward, terminated, truncated, info
 
+    def host_vector_env(self, num_envs: int, seed: int) -> HostVectorEnv:
+        """``num_envs`` sub-envs stepped from Python rather than from compiled code (an
+        actor's envs, :mod:`jaxrl.workflow.actor_learner`), seeded from ``seed``."""
+        return HostVectorEnv(self._host, self._obs_treedef, num_envs, seed)
+
     def render_episode(self, policy, seed: int, max_steps: int | None = None) -> tuple[np.ndarray, float, float]:
         """Play one episode on the host in one Gymnasium env made as this env's sub-envs
         are, with ``render_mode="rgb_array"``, and keep its frames.
@@ -621,6 +626,60 @@ class _Batch:
             scalars[:, 3] = self.count
             outs = (*pairs, scalars)
             return tuple(out[lanes] for out in outs) if not in_order else outs
+
+
+class HostVectorEnv:
+    """A vector env of ``num_envs`` sub-envs stepped from Python, with the bridge's
+    conventions (device dtypes, ``SAME_STEP`` autoreset, the final observation of an
+    episode that ended) in NumPy: :meth:`reset` gives the observations (a pytree of
+    ``[N, ...]`` arrays) and :meth:`step` ``(obs, reward, terminated, truncated,
+    final_obs, valid)``, ``valid`` None (every step is a transition). An exception in
+    the env is a :class:`GymnasiumEnvError` naming the env and the step."""
+
+    padding_steps = False
+
+    def __init__(self, host: _HostSpec, treedef, num_envs: int, seed: int):
+        self.host, self.treedef, self.num_envs, self.steps = host, treedef, num_envs, 0
+        try:
+            self.vector_env = host.make_vector_env(num_envs)
+        except Exception as error:
+            raise GymnasiumEnvError(
+                f"could not make {num_envs} Gymnasium env(s) {host.env_id!r}: {type(error).__name__}: {error}"
+            ) from error
+        self._seeds = [int(s) for s in np.random.SeedSequence(seed).generate_state(num_envs)]
+
+    def _obs(self, obs):
+        return jax.tree.unflatten(self.treedef, self.host.to_device_obs(obs))
+
+    def reset(self):
+        try:
+            obs, _ = self.vector_env.reset(seed=self._seeds)
+        except Exception as error:
+            raise GymnasiumEnvError(f"Gymnasium env {self.host.env_id!r} raised in reset: {error!r}") from error
+        return self._obs(obs)
+
+    def step(self, action: np.ndarray):
+        self.steps += 1
+        try:
+            obs, reward, terminated, truncated, info = self.vector_env.step(self.host.to_host_actions(action))
+        except Exception as error:
+            raise GymnasiumEnvError(
+                f"Gymnasium env {self.host.env_id!r} raised at step {self.steps}: {type(error).__name__}: {error}"
+            ) from error
+        leaves = self.host.to_device_obs(obs)
+        final = [leaf.copy() for leaf in leaves]
+        for lane in np.flatnonzero(info.get("_final_obs", ())):
+            for leaf, last in zip(final, self.host.to_device_obs(info["final_obs"][lane])):
+                leaf[lane] = last[0]
+        unflatten = functools.partial(jax.tree.unflatten, self.treedef)
+        reward = np.asarray(reward, np.float32)
+        return unflatten(leaves), reward, np.asarray(terminated), np.asarray(truncated), unflatten(final), None
+
+    def close(self) -> None:
+        try:
+            self.vector_env.close()
+        except Exception:  # noqa: BLE001 - a broken env may fail to close; it is dropped anyway
+            pass
 
 
 def _lookup(handle: int) -> _Batch:

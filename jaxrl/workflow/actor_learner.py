@@ -57,9 +57,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from jaxrl import loop
+from jaxrl import envs, loop, networks, rollout, types
 from jaxrl.workflow import rundir, runner
 from jaxrl.workflow.options import DEFAULTS, RunOptions
 
@@ -228,7 +229,7 @@ class Pipeline:
       options: :class:`ActorOptions`.
     """
 
-    def __init__(self, record, config, key: jax.Array, options: ActorOptions):
+    def __init__(self, record, config, key: jax.Array, options: ActorOptions, make_actor=None):
         self.parts, self.config, self.options = record.actor_learner, config, options
         self._key = key
         self._queue = BlockQueue(options.queue_size)
@@ -243,7 +244,7 @@ class Pipeline:
         self.steps = [0] * options.actors  # env steps each actor has put on the queue
         self.idle_seconds = [0.0] * options.actors
         num_actors = options.actors
-        self._collect = _cached(_collect_program, self.parts, config, num_actors)
+        self._make_actor = make_actor or _cached(ActorPrograms, self.parts, config, num_actors).actor
         devices = jax.devices()
         rest = devices[options.learner_devices :]
         self.actor_devices = [rest[i % len(rest)] if rest else devices[0] for i in range(num_actors)]
@@ -321,16 +322,14 @@ class Pipeline:
         return self._store.wait_for(version, self._stop)
 
     def _run_actor(self, actor: int) -> None:
-        config, device, num_actors = self.config, self.actor_devices[actor], self.options.actors
+        device = self.actor_devices[actor]
         actor_key = jax.random.fold_in(self._key, actor)
-        # Its own trace of the reset: a host env belongs to one reset (jaxrl.envs.gymnasium).
-        init = jax.jit(lambda key: self.parts.actor_init(key, config, actor, num_actors))
-        actor_index = jax.device_put(jnp.int32(actor), device)
         sequence, starts, cached = 0, 0, (None, None)
         while not self._stop.is_set():
+            actor_envs = None
             try:
                 reset_key = jax.random.fold_in(jax.random.fold_in(actor_key, 1 << 30), starts)
-                state = init(jax.device_put(reset_key, device))
+                actor_envs = self._make_actor(actor, device, reset_key)
                 starts += 1
                 while not self._stop.is_set():
                     pulled = self._pull(sequence)
@@ -339,10 +338,8 @@ class Pipeline:
                     version, params = pulled
                     if cached[0] != version:
                         cached = (version, jax.device_put(params, device))
-                    key = jax.device_put(jax.random.fold_in(actor_key, sequence), device)
                     start = time.perf_counter()
-                    state, data = self._collect(state, cached[1], key, actor_index)
-                    data = jax.block_until_ready(data)
+                    data = jax.block_until_ready(actor_envs.block(cached[1], jax.random.fold_in(actor_key, sequence)))
                     block = Block(actor, sequence, version, data, self.block_steps, time.perf_counter() - start)
                     waited = self._queue.put(block, self._stop)
                     if waited is None:
@@ -370,6 +367,9 @@ class Pipeline:
                     file=sys.stderr,
                     flush=True,
                 )
+            finally:
+                if actor_envs is not None:
+                    actor_envs.close()
 
 
 def _cached(make, *args):
@@ -385,13 +385,167 @@ def _shared(make, *args):
     return make(*args)
 
 
-def _collect_program(parts, config, num_actors: int):
-    """The actors' compiled block, one for all actors (``actor`` is an argument)."""
+@struct.dataclass
+class ActorState:
+    """An actor's state in a compiled block (envs in JAX): its envs, the policy's memory,
+    the algorithm's tail and its env steps so far."""
 
-    def collect(state, params, key, actor):
-        return parts.collect(state, params, key, config, actor, num_actors)
+    env_state: Any
+    obs: Any
+    carry: Any
+    tail: Any
+    timesteps: jax.Array
 
-    return jax.jit(collect, donate_argnums=0)
+
+class ActorPrograms:
+    """What actors run, for one algorithm's parts, config (whose ``num_envs`` and
+    ``num_steps`` make a block) and number of actors, compiled once for all of them: for
+    envs in JAX one compiled block (a scan of env and policy steps, then ``finish``); for
+    host envs (those with a ``host_vector_env``: Gymnasium, envpool) one compiled policy
+    step, called from Python between the env's steps, then ``finish``."""
+
+    def __init__(self, parts, config, num_actors: int):
+        self.parts, self.config, self.num_actors = parts, config, num_actors
+        num_envs, num_steps = config.num_envs, config.num_steps
+        env, env_params = parts.make_env(config)
+        self.base_env = envs.make_config_env(config)[0]
+        self.host = hasattr(self.base_env, "host_vector_env")
+        if self.host and getattr(config, "scale_rewards", False):
+            raise ValueError("scale_rewards is not supported by actors of host envs (their rewards arrive unscaled)")
+        self.spec = envs.config_spec(config)
+
+        def init(key):
+            obs, env_state = rollout.reset(env, env_params, key, num_envs)
+            carry, tail = parts.initial_carry(config, num_envs), parts.initial_tail(config)
+            return ActorState(env_state, obs, carry, tail, jnp.zeros((), jnp.int32))
+
+        def rollout_of(state, params, key, actor):
+            def policy(obs, carry, key):
+                return parts.policy(params, obs, carry, key, config, actor, num_actors, state.timesteps)
+
+            return rollout.collect(env, env_params, policy, state.env_state, state.obs, key, num_steps, state.carry)
+
+        def collect(state, params, key, actor):
+            collect_key, finish_key = jax.random.split(key)
+            trajectory, env_state, obs, carry = rollout_of(state, params, collect_key, actor)
+            tail, block = parts.finish(state.tail, trajectory, params, finish_key, config)
+            return ActorState(env_state, obs, carry, tail, state.timesteps + num_envs * num_steps), block
+
+        def shapes(params):
+            state, key = init(jax.random.key(0)), jax.random.key(0)
+            trajectory = rollout_of(state, params, key, jnp.int32(0))[0]
+            return trajectory, parts.finish(state.tail, trajectory, params, key, config)[1]
+
+        def step(params, obs, carry, key, t, actor, timesteps, done):
+            carry = networks.reset_carry(carry, done)
+            return parts.policy(params, obs, carry, jax.random.fold_in(key, t), config, actor, num_actors, timesteps)
+
+        def finish(tail, rows: dict, extras: list, params, key):
+            # The policy's extras stay on the device, step by step: stacked here, not fetched.
+            extras = jax.tree.map(lambda *steps: jnp.stack(steps), *extras)
+            trajectory = types.Trajectory(**rows, extras=extras)
+            return parts.finish(tail, trajectory, params, jax.random.fold_in(key, num_steps), config)
+
+        self.init = jax.jit(init)
+        self.collect = jax.jit(collect, donate_argnums=0)
+        self.step = jax.jit(step)
+        self.finish = jax.jit(finish)
+        self.initial = jax.jit(lambda: (parts.initial_carry(config, num_envs), parts.initial_tail(config)))
+        self._trace_shapes, self._shapes = shapes, None
+
+    def shapes(self, params) -> tuple:
+        """``(trajectory, block)``: a rollout's and a block's shapes and dtypes (traced,
+        not run) for ``params`` like these; a host actor's rollout takes the first."""
+        if self._shapes is None:
+            self._shapes = jax.eval_shape(self._trace_shapes, params)
+        return self._shapes
+
+    def actor(self, actor: int, device, key: jax.Array):
+        """Actor ``actor``'s envs on ``device``, reset from ``key``: an object whose
+        ``block(params, key)`` is its next block and ``close()`` closes its envs."""
+        if self.host:
+            return _HostActor(self, actor, device, key)
+        return _CompiledActor(self, actor, device, key)
+
+
+class _CompiledActor:
+    """An actor of envs in JAX: one compiled block per call."""
+
+    def __init__(self, programs: ActorPrograms, actor: int, device, key: jax.Array):
+        self.programs = programs
+        self.actor = jax.device_put(jnp.int32(actor), device)
+        self.state = programs.init(jax.device_put(key, device))
+
+    def block(self, params, key: jax.Array):
+        self.state, block = self.programs.collect(self.state, params, key, self.actor)
+        return block
+
+    def close(self) -> None:
+        pass
+
+
+class _HostActor:
+    """An actor of host envs: a Python loop over the env's steps with the policy one
+    compiled call per step, episode statistics kept as :class:`jaxrl.envs.EpisodeStatistics`
+    keeps them (an env's padding steps not counted), then the algorithm's compiled
+    ``finish``."""
+
+    def __init__(self, programs: ActorPrograms, actor: int, device, key: jax.Array):
+        self.programs, self.device = programs, device
+        self.num_envs, self.num_steps = programs.config.num_envs, programs.config.num_steps
+        self.actor = np.int32(actor)
+        seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
+        self.envs = programs.base_env.host_vector_env(self.num_envs, seed)
+        self.obs = self.envs.reset()
+        self.carry, self.tail = jax.device_put(programs.initial(), device)
+        self.done = np.zeros(self.num_envs, bool)
+        self.episode_return = np.zeros(self.num_envs, np.float32)
+        self.episode_length = np.zeros(self.num_envs, np.int32)
+        self.timesteps = 0
+
+    def block(self, params, key: jax.Array):
+        spec, steps, extras = self.programs.spec, [], []
+        key = jax.device_put(key, self.device)
+        for t in range(self.num_steps):
+            action, self.carry, step_extras = self.programs.step(
+                params, self.obs, self.carry, key, np.int32(t), self.actor, np.int32(self.timesteps), self.done
+            )
+            action = np.asarray(action)
+            extras.append(step_extras)
+            env_action = np.clip(action, spec.action_low, spec.action_high) if spec.continuous else action
+            obs, reward, terminated, truncated, final_obs, valid = self.envs.step(env_action)
+            self.done = terminated | truncated
+            self.episode_return += reward
+            self.episode_length += 1 if valid is None else valid
+            steps.append(
+                dict(
+                    obs=self.obs,
+                    action=action,
+                    reward=reward,
+                    terminated=terminated,
+                    truncated=truncated,
+                    next_obs=final_obs,
+                    episode_return=np.where(self.done, self.episode_return, 0.0),
+                    episode_length=np.where(self.done, self.episode_length, 0),
+                    valid=valid,
+                )
+            )
+            self.episode_return[self.done], self.episode_length[self.done] = 0.0, 0
+            self.obs = obs
+        self.timesteps += self.num_envs * self.num_steps
+        valid = [step.pop("valid") for step in steps]
+        rows = jax.tree.map(lambda *row: np.stack(row), *steps)
+        rows["valid"] = None if valid[0] is None else np.stack(valid)
+        like = self.programs.shapes(params)[0]
+        rows = {
+            name: jax.tree.map(lambda x, shape: np.asarray(x, shape.dtype), rows[name], getattr(like, name))
+            for name in rows
+        }
+        self.tail, block = self.programs.finish(self.tail, rows, extras, params, key)
+        return block
+
+    def close(self) -> None:
+        self.envs.close()
 
 
 class _LearnerPrograms:
@@ -549,13 +703,8 @@ def run(
         return call
 
     def block_shape(tree):
-        def one_block(state):
-            actor_state = parts.actor_init(jax.random.key(0), config, 0, actor_options.actors)
-            return parts.collect(
-                actor_state, parts.published(state), jax.random.key(0), config, 0, actor_options.actors
-            )
-
-        return jax.eval_shape(lambda state: one_block(state)[1], tree["state"])
+        actors = _cached(ActorPrograms, parts, config, actor_options.actors)
+        return actors.shapes(jax.eval_shape(parts.published, tree["state"]))[1]
 
     def metric_names(tree, length):
         learned = jax.eval_shape(lambda s, b: parts.learn(s, b, run_key, config)[1], tree["state"], block_shape(tree))
