@@ -195,6 +195,7 @@ def double_q_n_step_targets(
 class VTraceOutput(NamedTuple):
     vs: Array  # [T, ...] V-trace value targets
     pg_advantages: Array  # [T, ...] clipped-rho policy-gradient advantages
+    q_estimate: Array  # [T, ...] r_t + gamma (1 - terminated_t) vs'_t: pg_advantages before the rho and the baseline
 
 
 def vtrace(
@@ -215,8 +216,9 @@ def vtrace(
     With ``rho_t = min(rho_bar, pi/mu)`` and ``c_t = lambda_ * min(c_bar, pi/mu)``:
     ``vs_t = v_t + rho_t delta_t + gamma (1 - done_t) c_t (vs_{t+1} - v_{t+1})``,
     ``delta_t = r_t + gamma (1 - terminated_t) v_next_t - v_t``; and the policy-gradient
-    advantage ``min(pg_rho_bar, pi/mu) (r_t + gamma (1 - terminated_t) vs'_t - v_t)``
-    with ``vs'_t = vs_{t+1}`` inside an episode and ``v_next_t`` at its end.
+    advantage ``min(pg_rho_bar, pi/mu) (q_t - v_t)``, ``q_t = r_t + gamma (1 -
+    terminated_t) vs'_t`` (``q_estimate``) with ``vs'_t = vs_{t+1}`` inside an episode
+    and ``v_next_t`` at its end.
 
     Args:
       v_t, v_next_t, r_t, terminated_t, truncated_t: ``[T, ...]`` as in the module doc.
@@ -243,8 +245,9 @@ def vtrace(
     vs = v_t + _reverse_scan(backward, jnp.zeros_like(r_t[0]), (delta_t, continues, c_t))
     vs_tp1 = jnp.concatenate([vs[1:], v_next_t[-1:]], axis=0)
     vs_next = continues * vs_tp1 + (1.0 - continues) * v_next_t
-    pg_advantages = jnp.minimum(pg_rho_bar, rho_t) * (r_t + gamma * not_terminated * vs_next - v_t)
-    return VTraceOutput(jax.lax.stop_gradient(vs), jax.lax.stop_gradient(pg_advantages))
+    q_estimate = r_t + gamma * not_terminated * vs_next
+    pg_advantages = jnp.minimum(pg_rho_bar, rho_t) * (q_estimate - v_t)
+    return VTraceOutput(*(jax.lax.stop_gradient(x) for x in (vs, pg_advantages, q_estimate)))
 
 
 def categorical_projection(probs: Array, reward: Array, discount: Array, support: Array) -> Array:

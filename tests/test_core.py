@@ -34,14 +34,16 @@ def variant(name: str):
     algorithm, _, memory = name.partition("-")
     config = tiny_config(algorithm)
     if memory:  # PPO's minibatches are then whole sequences: one per env
-        config = config.replace(memory=memory, memory_size=4, **({"num_minibatches": 2} if algorithm == "ppo" else {}))
+        config = config.replace(
+            memory=memory, memory_size=4, **({"num_minibatches": 2} if algorithm in ("ppo", "appo") else {})
+        )
     return algorithms.get(algorithm), config
 
 
 def tiny_config(name: str):
     """A few iterations of ``name`` on a small network."""
     module = algorithms.get(name)
-    if name in ("ppo", "a2c", "impala", "ippo", "mappo"):
+    if name in ("ppo", "appo", "a2c", "impala", "ippo", "mappo"):
         return module.Config(num_steps=8, **TINY)
     if name == "reinforce":
         return module.Config(env_kwargs={"max_steps_in_episode": 16}, **TINY)

@@ -348,6 +348,10 @@ def test_vtrace_matches_oracle(seed, shape, case):
     )
     np.testing.assert_allclose(np.asarray(out.vs), want_vs, rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(np.asarray(out.pg_advantages), want_pg, rtol=RTOL, atol=ATOL)
+    # The oracle's target r_t + gamma (1 - term_t) q_t, its advantage before the weight.
+    weight = np.minimum(rho_bar if pg_rho_bar is None else pg_rho_bar, np.exp(log_rho.astype(np.float64)))
+    want_q = want_pg / weight + np.asarray(x["v"], np.float64)
+    np.testing.assert_allclose(np.asarray(out.q_estimate), want_q, rtol=RTOL, atol=ATOL)
 
 
 # --------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ BUILT_IN = {
         "a2c",
         "reinforce",
         "impala",
+        "appo",
         "dqn",
         "apex",
         "r2d2",

@@ -23,13 +23,10 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 from flax import struct
 
 from jaxrl import returns
 from jaxrl.algorithms import onpolicy
-from jaxrl.algorithms.contract import ActorLearner
-from jaxrl.algorithms.onpolicy import State
 from jaxrl.algorithms.policy_gradient import PolicyGradient, normalized, step_mask
 from jaxrl.config import require_int, require_range, static
 from jaxrl.types import Trajectory
@@ -66,34 +63,31 @@ class Config(onpolicy.SingleAgent, onpolicy.Config):
 PRESETS = {}
 
 
-def init(key: jax.Array, config: Config) -> State:
-    """Network, optimiser, ``num_envs`` reset envs and ``policy_lag`` copies of the
-    initial params for the actors."""
-    state = _learner.init(key, config)
-    if not config.policy_lag:
-        return state
-    return state.replace(lagged_params=jax.tree.map(lambda x: jnp.stack([x] * config.policy_lag), state.params))
-
-
-def targets(value: jax.Array, value_next: jax.Array, log_prob: jax.Array, trajectory: Trajectory, config: Config):
-    """V-trace targets and policy-gradient advantages (normalised with
-    ``normalize_advantages``) and the mask of steps to learn from, all ``[T, N]``; the
-    importance weights are the learner's ``log_prob`` over the behaviour policy's
-    (``trajectory.extras["log_prob"]``)."""
-    mask = step_mask(trajectory)
-    log_rho = log_prob - trajectory.extras["log_prob"]
-    out = returns.vtrace(
+def vtrace(value, value_next, log_prob, trajectory: Trajectory, config, c_bar=None) -> returns.VTraceOutput:
+    """:func:`jaxrl.returns.vtrace` of a trajectory ``[T, N]`` with values ``value`` /
+    ``value_next`` and the importance weights of ``log_prob`` over the behaviour
+    policy's (``trajectory.extras["log_prob"]``), truncated at ``config.rho_bar`` and
+    ``c_bar`` (default ``config.c_bar``), ``config.gae_lambda`` its lambda."""
+    return returns.vtrace(
         value,
         value_next,
         trajectory.reward,
         trajectory.terminated,
         trajectory.truncated,
-        log_rho,
+        log_prob - trajectory.extras["log_prob"],
         config.gamma,
         config.rho_bar,
-        config.c_bar,
+        config.c_bar if c_bar is None else c_bar,
         lambda_=config.gae_lambda,
     )
+
+
+def targets(value: jax.Array, value_next: jax.Array, log_prob: jax.Array, trajectory: Trajectory, config: Config):
+    """V-trace targets and policy-gradient advantages (normalised with
+    ``normalize_advantages``) and the mask of steps to learn from, all ``[T, N]``
+    (:func:`vtrace`)."""
+    out = vtrace(value, value_next, log_prob, trajectory, config)
+    mask = step_mask(trajectory)
     return normalized(out.pg_advantages, mask, config), out.vs, mask
 
 
@@ -101,25 +95,9 @@ _learner = PolicyGradient(targets)
 loss_fn = _learner.loss_fn
 
 
-def update(state: State, trajectory: Trajectory, key: jax.Array, config: Config):
-    """One gradient step (:class:`jaxrl.algorithms.policy_gradient.PolicyGradient`); with
-    a ``policy_lag``, the params it started from then join the actors' queue and the
-    oldest leave it."""
-    updated, metrics = _learner.update(state, trajectory, key, config)
-    if not config.policy_lag:
-        return updated, metrics
-    queue = jax.tree.map(lambda queue, p: jnp.concatenate([queue[1:], p[None]]), state.lagged_params, state.params)
-    return updated.replace(lagged_params=queue), metrics
-
-
-def collect_lagged(state: State, key: jax.Array, config: Config):
-    """:func:`jaxrl.algorithms.onpolicy.collect`, acting with the oldest params in the
-    actors' queue (``policy_lag`` updates old), or the newest without a lag."""
-    behaviour = jax.tree.map(lambda x: x[0], state.lagged_params) if config.policy_lag else state.params
-    return onpolicy.collect(state, behaviour, key, config)
-
-
-learner = onpolicy.Learner(init, update, collect=collect_lagged)
+# Lock-step actors act with the params of ``policy_lag`` updates ago (kept in the state).
+learner = onpolicy.with_policy_lag(_learner.init, _learner.update)
+init, update = learner.init, learner.update
 
 
 # ----------------------------------------------------------------------------- actors apart from the learner
@@ -130,38 +108,7 @@ def actor_learner_config(config: Config) -> Config:
     return config.replace(policy_lag=0)
 
 
-def learner_init(key: jax.Array, config: Config) -> State:
-    """:func:`init`'s network and optimiser (from the same key), without envs."""
-    network_key, _ = jax.random.split(key)
-    return onpolicy.init_learner(network_key, config, updates_per_iteration=1)
-
-
-def actor_policy(params: dict, obs, carry, key: jax.Array, config: Config, actor, num_actors: int, timesteps):
-    """One step of the rollout policy (:func:`jaxrl.algorithms.onpolicy.behaviour_policy`):
-    the behaviour log-probabilities, values and memory as extras."""
-    return onpolicy.behaviour_policy(params, config)(obs, carry, key)
-
-
-def learn(state: State, trajectory: Trajectory, key: jax.Array, config: Config):
-    """The learner's iteration on an actor's rollout: :meth:`jaxrl.algorithms.onpolicy.Learner.learn`
-    (this module's :func:`update`), ``timesteps`` advanced by the rollout's steps."""
-    state = state.replace(timesteps=state.timesteps + config.num_envs * config.num_steps)
-    return learner.learn(state, trajectory, key, config)
-
-
-ACTOR_LEARNER = ActorLearner(
-    prepare=actor_learner_config,
-    learner_init=learner_init,
-    published=lambda state: state.params,
-    make_env=onpolicy.make_env,
-    initial_carry=onpolicy.initial_carry,
-    initial_tail=lambda config: (),
-    policy=actor_policy,
-    finish=lambda tail, trajectory, params, key, config: (tail, trajectory),  # the rollout is the block
-    learn=learn,
-    block_steps=lambda config: config.num_envs * config.num_steps,
-    num_iterations=lambda config: config.num_iterations,
-)
+ACTOR_LEARNER = learner.actor_learner(lambda config: 1, prepare=actor_learner_config)
 
 algorithm = learner.algorithm(
     "impala",

@@ -34,7 +34,7 @@ from flax import struct
 
 from jaxrl import envs, evaluation, loop, networks, rollout
 from jaxrl.algorithms import requirements
-from jaxrl.algorithms.contract import Algorithm
+from jaxrl.algorithms.contract import ActorLearner, Algorithm
 from jaxrl.config import (
     check_traced_parts,
     choose_part,
@@ -666,6 +666,12 @@ def behaviour_policy(params: dict, config) -> rollout.PolicyFn:
     return policy
 
 
+def _actor_policy(params: dict, obs, carry, key: jax.Array, config, actor, num_actors: int, timesteps):
+    """An actor's step (:attr:`jaxrl.algorithms.contract.ActorLearner.policy`): the
+    rollout policy's (:func:`behaviour_policy`), whichever actor it is."""
+    return behaviour_policy(params, config)(obs, carry, key)
+
+
 def collect(state: State, params: dict, key: jax.Array, config, fresh_start: bool = False):
     """``num_steps`` steps in each of the ``num_envs`` envs, acting with ``params``.
 
@@ -700,6 +706,35 @@ def collect_latest(state: State, key: jax.Array, config):
     """:func:`collect`, acting with the newest params (``state.params``): the rollout of
     PPO and A2C."""
     return collect(state, state.params, key, config)
+
+
+def collect_lagged(state: State, key: jax.Array, config):
+    """:func:`collect`, acting with the oldest params of the lag queue
+    (``state.lagged_params``: ``config.policy_lag`` updates old), or the newest without a lag."""
+    behaviour = jax.tree.map(lambda x: x[0], state.lagged_params) if config.policy_lag else state.params
+    return collect(state, behaviour, key, config)
+
+
+def with_policy_lag(init: Callable, update: Callable) -> Learner:
+    """The learner of ``init`` and ``update`` whose lock-step actors act with the params of
+    ``config.policy_lag`` updates ago (:func:`collect_lagged`; IMPALA's and APPO's
+    emulated lag): the state keeps the last ``policy_lag`` params (``lagged_params``,
+    oldest first), and after each update the params it started from join the queue."""
+
+    def lagged_init(key: jax.Array, config) -> State:
+        state = init(key, config)
+        if not config.policy_lag:
+            return state
+        return state.replace(lagged_params=jax.tree.map(lambda x: jnp.stack([x] * config.policy_lag), state.params))
+
+    def lagged_update(state: State, trajectory: Trajectory, key: jax.Array, config):
+        updated, metrics = update(state, trajectory, key, config)
+        if not config.policy_lag:
+            return updated, metrics
+        queue = jax.tree.map(lambda queue, p: jnp.concatenate([queue[1:], p[None]]), state.lagged_params, state.params)
+        return updated.replace(lagged_params=queue), metrics
+
+    return Learner(lagged_init, lagged_update, collect=collect_lagged)
 
 
 def shuffled_minibatches(key: jax.Array, batch, num_minibatches: int):
@@ -801,6 +836,36 @@ class Learner(NamedTuple):
         """The run as a :class:`jaxrl.loop.Program` (:func:`program` of :attr:`init` and
         :meth:`step`), for :mod:`jaxrl.workflow.runner`'s chunked training and ``train``."""
         return program(self.init, self.step, config)
+
+    def actor_learner(self, updates_per_iteration: Callable, prepare: Callable | None = None) -> ActorLearner:
+        """The parts of a run with actors apart from this learner
+        (:mod:`jaxrl.workflow.actor_learner`): an actor acts with the rollout policy
+        (:func:`behaviour_policy`), its block is its rollout, and the learner's iteration
+        is :meth:`learn` on it. ``updates_per_iteration(config)``: the optimiser's steps
+        per block (for its learning-rate schedule); ``prepare(config)``: the settings
+        such a run uses (default: the config as given)."""
+
+        def learner_init(key: jax.Array, config) -> State:
+            network_key, _ = jax.random.split(key)  # init's network, from the same key
+            return init_learner(network_key, config, updates_per_iteration(config))
+
+        def learn(state: State, trajectory: Trajectory, key: jax.Array, config):
+            state = state.replace(timesteps=state.timesteps + config.num_envs * config.num_steps)
+            return self.learn(state, trajectory, key, config)
+
+        return ActorLearner(
+            prepare=prepare or (lambda config: config),
+            learner_init=learner_init,
+            published=lambda state: state.params,
+            make_env=make_env,
+            initial_carry=initial_carry,
+            initial_tail=lambda config: (),
+            policy=_actor_policy,
+            finish=lambda tail, trajectory, params, key, config: (tail, trajectory),  # the rollout is the block
+            learn=learn,
+            block_steps=lambda config: config.num_envs * config.num_steps,
+            num_iterations=lambda config: config.num_iterations,
+        )
 
     def algorithm(self, name: str, Config: type, presets: dict, **details) -> Algorithm:
         """The algorithm's record (fields in :class:`jaxrl.algorithms.contract.Algorithm`'s

@@ -29,6 +29,7 @@ built from :func:`init` and :func:`update`; :mod:`~jaxrl.algorithms.ippo` and
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -271,20 +272,34 @@ def minibatch_rows(batch: dict, trajectory: Trajectory, config: Config) -> dict:
     return onpolicy.data_path(config).minibatch_rows(batch, trajectory, config.chunk_length)
 
 
-def update(state: State, trajectory: Trajectory, key: jax.Array, config: Config):
-    """``num_epochs`` passes of minibatch updates on one on-policy trajectory ``[T, N]``.
+def gae_targets(params: dict, trajectory: Trajectory, config: Config) -> dict:
+    """PPO's per-step learning targets ``[T, N]``: GAE ``advantage`` and value ``target``
+    (:func:`compute_targets`), and the ``value`` a clipped value loss stays near (the
+    behaviour policy's)."""
+    advantage, target = compute_targets(params, trajectory, config)
+    return {"advantage": advantage, "target": target, "value": trajectory.extras["value"]}
 
-    The trajectory's ``extras`` must hold the behaviour ``log_prob`` and ``value``.
-    Returns ``(state, metrics)`` with metrics averaged over all minibatches.
-    """
-    advantage, target = compute_targets(state.params, trajectory, config)
+
+def minibatch_update(targets: Callable) -> Callable:
+    """PPO's update with the per-step ``advantage``, ``target`` and ``value`` that
+    ``targets(params, trajectory, config)`` gives (:func:`gae_targets`; APPO's V-trace)."""
+
+    def update(state: State, trajectory: Trajectory, key: jax.Array, config: Config):
+        """``num_epochs`` passes of clipped-surrogate minibatch updates on one trajectory
+        ``[T, N]``, the ratio taken against the behaviour policy's ``log_prob`` (in the
+        trajectory's ``extras``). Returns ``(state, metrics)`` with metrics averaged over
+        all minibatches."""
+        return _minibatch_epochs(state, trajectory, targets(state.params, trajectory, config), key, config)
+
+    return update
+
+
+def _minibatch_epochs(state: State, trajectory: Trajectory, targets: dict, key: jax.Array, config: Config):
     batch = {
         "obs": trajectory.obs,
         "action": trajectory.action,
         "log_prob": trajectory.extras["log_prob"],
-        "value": trajectory.extras["value"],
-        "advantage": advantage,
-        "target": target,
+        **targets,
     }
     if trajectory.valid is not None:
         batch["valid"] = trajectory.valid
@@ -311,6 +326,8 @@ def update(state: State, trajectory: Trajectory, key: jax.Array, config: Config)
     state = state.replace(params={**state.params, "network": network_params}, opt_state=opt_state)
     return state, metrics
 
+
+update = minibatch_update(gae_targets)
 
 algorithm = onpolicy.Learner(init, update).algorithm(
     "ppo",
