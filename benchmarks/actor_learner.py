@@ -1,6 +1,6 @@
 """Actors apart from the learner (``jaxrl.workflow.actor_learner``) against the lock-step
-Gymnasium bridge: env steps/s of IMPALA and Ape-X DQN on a host env, and what overlap
-could give at most.
+program on host envs (the Gymnasium bridge, envpool's XLA interface): env steps/s of IMPALA
+and Ape-X DQN on a host env, and what overlap could give at most.
 
     python benchmarks/actor_learner.py                            # impala + apex, 1 and 2 actors (~3 min, 2 cores)
     python benchmarks/actor_learner.py --quick                    # small sizes: a smoke test
@@ -18,9 +18,10 @@ Rows, for each algorithm and env id:
   ``SAME_STEP`` autoreset; or ``envpool.make``) stepped with random actions from Python.
 * **env + policy, host loop**: the same, each action from the algorithm's policy under
   ``jax.jit`` (one call per time step, numpy in and out).
-* **env + policy, actor block** (``a``): one actor alone, as the decoupled run's actor
-  thread runs it: the algorithm's compiled ``collect`` block (the bridge, one host
-  callback per time step) called again and again.
+* **one actor alone** (``a``): the decoupled run's actor, as its thread runs it, block
+  after block (``actor_learner.ActorPrograms``): for Gymnasium envs a Python loop over
+  the env's steps with one compiled policy call per step, then the compiled ``finish``;
+  for envpool one compiled block through envpool's XLA interface.
 * **learner only** (``b``): the learner's compiled ``learn`` (``record.actor_learner``,
   donating its state) called again and again on one pre-made block (Ape-X: after
   ``learning_starts``, so every call makes its updates); updates/s, and the env steps/s

@@ -94,6 +94,11 @@ class ActorOptions:
         axis is split over them); actors run on the rest, or on the learner's first.
       block_timeout: seconds the learner waits for a block before it stops with an error.
       join_timeout: seconds closing waits for each actor thread.
+      central_inference: SEED RL's layout (:class:`InferenceServer`): actors only step
+        their envs (host envs: Gymnasium) and one batched policy call on the learner's
+        first device answers all of them, with the newest params.
+      inference_wait: with ``central_inference``, the seconds the server waits, after
+        the first actor asked, for the others before it answers those that did.
     """
 
     actors: int = 2
@@ -103,6 +108,8 @@ class ActorOptions:
     learner_devices: int = 1
     block_timeout: float = 600.0
     join_timeout: float = 60.0
+    central_inference: bool = False
+    inference_wait: float = 0.002
 
     def __post_init__(self):
         for name, low in (("actors", 1), ("queue_size", 1), ("max_restarts", 0), ("learner_devices", 1)):
@@ -117,7 +124,14 @@ class ActorOptions:
                     f"fixed_lag (the reproducible test mode) needs actors=1: with {self.actors} actors the "
                     "order of their blocks depends on timing"
                 )
-        for name in ("block_timeout", "join_timeout"):
+        if not isinstance(self.central_inference, bool):
+            raise ValueError(f"central_inference must be True or False, got {self.central_inference!r}")
+        if self.central_inference and self.fixed_lag is not None:
+            raise ValueError(
+                "fixed_lag (the reproducible test mode) needs actors that act with the params of their "
+                "block's version: central_inference=False"
+            )
+        for name in ("block_timeout", "join_timeout", "inference_wait"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
                 raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
@@ -225,8 +239,12 @@ class Pipeline:
     Args:
       record: the algorithm (its :attr:`~jaxrl.algorithms.contract.Algorithm.actor_learner` parts).
       config: the prepared config (``actor_learner.prepare``'s).
-      key: the actors' randomness (actor ``a``'s block ``i`` from ``fold_in(fold_in(key, a), i)``).
+      key: the actors' randomness (actor ``a``'s envs and blocks after its ``r``-th
+        (re)start from ``fold_in(fold_in(key, a), r)``).
       options: :class:`ActorOptions`.
+      make_actor: ``make_actor(actor, device, key)``, an object whose ``block(params,
+        sequence)`` is the actor's next block and ``close()`` closes its envs; default
+        :meth:`ActorPrograms.actor`.
     """
 
     def __init__(self, record, config, key: jax.Array, options: ActorOptions, make_actor=None):
@@ -244,10 +262,20 @@ class Pipeline:
         self.steps = [0] * options.actors  # env steps each actor has put on the queue
         self.idle_seconds = [0.0] * options.actors
         num_actors = options.actors
-        self._make_actor = make_actor or _cached(ActorPrograms, self.parts, config, num_actors).actor
         devices = jax.devices()
         rest = devices[options.learner_devices :]
         self.actor_devices = [rest[i % len(rest)] if rest else devices[0] for i in range(num_actors)]
+        self.server = None
+        if options.central_inference:
+            programs = _cached(ActorPrograms, self.parts, config, num_actors)
+            if not programs.host:
+                raise ValueError(
+                    f"central_inference answers actors that step their envs from Python (gymnasium:...); "
+                    f"{config.env_id} steps in compiled code, where an actor's policy runs inside its block"
+                )
+            self.server = InferenceServer(programs, lambda: self._store.latest(), devices[0], key, self._stop)
+            make_actor = make_actor or functools.partial(programs.actor, server=self.server)
+        self._make_actor = make_actor or _cached(ActorPrograms, self.parts, config, num_actors).actor
 
     # -------------------------------------------------------------------- the learner's side
 
@@ -256,6 +284,8 @@ class Pipeline:
         keep = 1 if self.options.fixed_lag is None else self.options.fixed_lag + 1
         self._store = ParameterStore(params, version, keep)
         self._first_version = version
+        if self.server is not None:
+            self.server.start()
         for actor in range(self.options.actors):
             thread = threading.Thread(target=self._run_actor, args=(actor,), name=f"jaxrl-actor-{actor}", daemon=True)
             thread.start()
@@ -285,6 +315,8 @@ class Pipeline:
                 return block, occupancy
             if self._error is not None:
                 raise self._error
+            if self.server is not None and self.server.error is not None:
+                raise RuntimeError(f"the inference server failed: {self.server.error!r}") from self.server.error
             if not any(thread.is_alive() for thread in self._threads):
                 raise RuntimeError("every actor thread has stopped, none with an error")
             if time.monotonic() > deadline:
@@ -299,7 +331,10 @@ class Pipeline:
         self._stop.set()
         self._queue.drain()
         stuck = []
-        for thread in self._threads:
+        threads = self._threads + ([self.server.thread] if self.server is not None else [])
+        for thread in threads:
+            if thread.ident is None:
+                continue  # never started
             thread.join(self.options.join_timeout)
             if thread.is_alive():
                 stuck.append(thread.name)
@@ -328,8 +363,7 @@ class Pipeline:
         while not self._stop.is_set():
             actor_envs = None
             try:
-                reset_key = jax.random.fold_in(jax.random.fold_in(actor_key, 1 << 30), starts)
-                actor_envs = self._make_actor(actor, device, reset_key)
+                actor_envs = self._make_actor(actor, device, jax.random.fold_in(actor_key, starts))
                 starts += 1
                 while not self._stop.is_set():
                     pulled = self._pull(sequence)
@@ -339,7 +373,8 @@ class Pipeline:
                     if cached[0] != version:
                         cached = (version, jax.device_put(params, device))
                     start = time.perf_counter()
-                    data = jax.block_until_ready(actor_envs.block(cached[1], jax.random.fold_in(actor_key, sequence)))
+                    data = jax.block_until_ready(actor_envs.block(cached[1], sequence))
+                    version = getattr(actor_envs, "block_version", version)  # central inference: the server's
                     block = Block(actor, sequence, version, data, self.block_steps, time.perf_counter() - start)
                     waited = self._queue.put(block, self._stop)
                     if waited is None:
@@ -348,6 +383,8 @@ class Pipeline:
                         self.steps[actor] += self.block_steps
                         self.idle_seconds[actor] += waited
                     sequence += 1
+            except _Stopped:
+                return
             except Exception as error:  # noqa: BLE001 - an env's error of any kind restarts the actor
                 message = f"actor {actor} failed: {type(error).__name__}: {error}"
                 with self._lock:
@@ -400,9 +437,16 @@ class ActorState:
 class ActorPrograms:
     """What actors run, for one algorithm's parts, config (whose ``num_envs`` and
     ``num_steps`` make a block) and number of actors, compiled once for all of them: for
-    envs in JAX one compiled block (a scan of env and policy steps, then ``finish``); for
-    host envs (those with a ``host_vector_env``: Gymnasium, envpool) one compiled policy
-    step, called from Python between the env's steps, then ``finish``."""
+    envs stepped in compiled code (JAX envs; envpool's XLA interface, which steps its C++
+    envs without Python) one compiled block (a scan of env and policy steps, then
+    ``finish``); for Python envs (those with a ``host_vector_env``: Gymnasium) one
+    compiled policy step, called from Python between the env's steps, then ``finish``:
+    inside a compiled block each of their steps would be a host callback, 3x slower
+    (benchmarks/RESULTS.md, "Actors apart from the learner").
+
+    A host actor's policy draws from ``unsafe_rbg`` keys (XLA's ``RngBitGenerator``),
+    made from the run's keys once per block: on a CPU, threefry's random bits cost a
+    small policy step most of its time (benchmarks/RESULTS.md)."""
 
     def __init__(self, parts, config, num_actors: int):
         self.parts, self.config, self.num_actors = parts, config, num_actors
@@ -425,8 +469,8 @@ class ActorPrograms:
 
             return rollout.collect(env, env_params, policy, state.env_state, state.obs, key, num_steps, state.carry)
 
-        def collect(state, params, key, actor):
-            collect_key, finish_key = jax.random.split(key)
+        def collect(state, params, key, sequence, actor):
+            collect_key, finish_key = jax.random.split(jax.random.fold_in(key, sequence))
             trajectory, env_state, obs, carry = rollout_of(state, params, collect_key, actor)
             tail, block = parts.finish(state.tail, trajectory, params, finish_key, config)
             return ActorState(env_state, obs, carry, tail, state.timesteps + num_envs * num_steps), block
@@ -436,21 +480,46 @@ class ActorPrograms:
             trajectory = rollout_of(state, params, key, jnp.int32(0))[0]
             return trajectory, parts.finish(state.tail, trajectory, params, key, config)[1]
 
+        def block_key(key, sequence):
+            bits = jax.random.bits(jax.random.fold_in(key, sequence), (4,), jnp.uint32)
+            return jax.random.wrap_key_data(bits, impl="unsafe_rbg")
+
         def step(params, obs, carry, key, t, actor, timesteps, done):
             carry = networks.reset_carry(carry, done)
             return parts.policy(params, obs, carry, jax.random.fold_in(key, t), config, actor, num_actors, timesteps)
 
-        def finish(tail, rows: dict, extras: list, params, key):
-            # The policy's extras stay on the device, step by step: stacked here, not fetched.
-            extras = jax.tree.map(lambda *steps: jnp.stack(steps), *extras)
+        def finish(tail, rows: dict, extras, params, key):
             trajectory = types.Trajectory(**rows, extras=extras)
             return parts.finish(tail, trajectory, params, jax.random.fold_in(key, num_steps), config)
 
-        self.init = jax.jit(init)
+        def finish_steps(tail, rows: dict, extras: list, params, key):
+            # The policy's extras stay on the device, step by step: stacked here, not fetched.
+            return finish(tail, rows, jax.tree.map(lambda *steps: jnp.stack(steps), *extras), params, key)
+
+        def batched_step(params, obs, carry, key, call, present, done, timesteps):
+            """Every actor's step at once (central inference): leaves ``[num_actors,
+            num_envs, ...]``; the memory of actors not ``present`` stays as it was."""
+            keys = jax.random.split(jax.random.fold_in(key, call), num_actors)
+
+            def one(obs, carry, key, actor, timesteps):
+                return parts.policy(params, obs, carry, key, config, actor, num_actors, timesteps)
+
+            reset = networks.reset_carry(carry, done)
+            action, stepped, extras = jax.vmap(one)(obs, reset, keys, jnp.arange(num_actors), timesteps)
+            keep = lambda new, old: jnp.where(present.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)  # noqa: E731
+            return action, jax.tree.map(keep, stepped, carry), extras
+
+        self.init, self.init_fn = jax.jit(init), init
         self.collect = jax.jit(collect, donate_argnums=0)
+        self.block_key = jax.jit(block_key)
         self.step = jax.jit(step)
         self.finish = jax.jit(finish)
+        self.finish_steps = jax.jit(finish_steps)
+        self.batched_step = jax.jit(batched_step, donate_argnums=2)
         self.initial = jax.jit(lambda: (parts.initial_carry(config, num_envs), parts.initial_tail(config)))
+        self.initial_carries = jax.jit(
+            lambda: jax.tree.map(lambda x: jnp.stack([x] * num_actors), parts.initial_carry(config, num_envs))
+        )
         self._trace_shapes, self._shapes = shapes, None
 
     def shapes(self, params) -> tuple:
@@ -460,24 +529,29 @@ class ActorPrograms:
             self._shapes = jax.eval_shape(self._trace_shapes, params)
         return self._shapes
 
-    def actor(self, actor: int, device, key: jax.Array):
-        """Actor ``actor``'s envs on ``device``, reset from ``key``: an object whose
-        ``block(params, key)`` is its next block and ``close()`` closes its envs."""
+    def actor(self, actor: int, device, key: jax.Array, server: InferenceServer | None = None):
+        """Actor ``actor``'s envs on ``device``, reset and acting from ``key`` (or asking
+        ``server`` for its actions): an object whose ``block(params, sequence)`` is its
+        block number ``sequence`` and ``close()`` closes its envs."""
         if self.host:
-            return _HostActor(self, actor, device, key)
+            return _HostActor(self, actor, device, key, server)
         return _CompiledActor(self, actor, device, key)
 
 
 class _CompiledActor:
-    """An actor of envs in JAX: one compiled block per call."""
+    """An actor of envs in compiled code (JAX envs, envpool's XLA interface): one
+    compiled block per call."""
 
     def __init__(self, programs: ActorPrograms, actor: int, device, key: jax.Array):
         self.programs = programs
         self.actor = jax.device_put(jnp.int32(actor), device)
-        self.state = programs.init(jax.device_put(key, device))
+        reset_key, self.key = jax.device_put(jax.random.split(key), device)
+        # Its own trace of the reset: an envpool belongs to the reset traced with it.
+        init = jax.jit(lambda key: programs.init_fn(key))
+        self.state = init(reset_key)
 
-    def block(self, params, key: jax.Array):
-        self.state, block = self.programs.collect(self.state, params, key, self.actor)
+    def block(self, params, sequence: int):
+        self.state, block = self.programs.collect(self.state, params, self.key, np.int32(sequence), self.actor)
         return block
 
     def close(self) -> None:
@@ -490,85 +564,223 @@ class _HostActor:
     keeps them (an env's padding steps not counted), then the algorithm's compiled
     ``finish``."""
 
-    def __init__(self, programs: ActorPrograms, actor: int, device, key: jax.Array):
-        self.programs, self.device = programs, device
+    def __init__(self, programs: ActorPrograms, actor: int, device, key: jax.Array, server=None):
+        self.programs, self.device, self.server, self.index = programs, device, server, actor
         self.num_envs, self.num_steps = programs.config.num_envs, programs.config.num_steps
-        self.actor = np.int32(actor)
-        seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
+        # The step's scalar arguments on the device once, not sent at every call.
+        self.actor, self.times = jax.device_put(
+            (np.int32(actor), list(np.arange(self.num_steps, dtype=np.int32))), device
+        )
+        reset_key, self.key = jax.device_put(jax.random.split(key), device)
+        seed = int(jax.random.randint(reset_key, (), 0, 2**31 - 1))
         self.envs = programs.base_env.host_vector_env(self.num_envs, seed)
         self.obs = self.envs.reset()
         self.carry, self.tail = jax.device_put(programs.initial(), device)
-        self.done = np.zeros(self.num_envs, bool)
+        self.done = np.ones(self.num_envs, bool)  # fresh episodes: a central server resets this actor's memory
         self.episode_return = np.zeros(self.num_envs, np.float32)
         self.episode_length = np.zeros(self.num_envs, np.int32)
         self.timesteps = 0
 
-    def block(self, params, key: jax.Array):
-        spec, steps, extras = self.programs.spec, [], []
-        key = jax.device_put(key, self.device)
+    def block(self, params, sequence: int):
+        programs, spec, step = self.programs, self.programs.spec, self.programs.step
+        like = programs.shapes(params)[0]
+        empty = lambda x: np.empty(x.shape, x.dtype)  # noqa: E731 - fresh each block: the block may keep them
+        rows = {name: jax.tree.map(empty, getattr(like, name)) for name in _HOST_ROWS}
+        valid = None if like.valid is None else empty(like.valid)
+        key = programs.block_key(self.key, np.int32(sequence))
+        timesteps, extras = jax.device_put(np.int32(self.timesteps), self.device), []
+        if self.server is not None:
+            extras, self.block_version = jax.tree.map(empty, like.extras), None
         for t in range(self.num_steps):
-            action, self.carry, step_extras = self.programs.step(
-                params, self.obs, self.carry, key, np.int32(t), self.actor, np.int32(self.timesteps), self.done
-            )
-            action = np.asarray(action)
-            extras.append(step_extras)
-            env_action = np.clip(action, spec.action_low, spec.action_high) if spec.continuous else action
-            obs, reward, terminated, truncated, final_obs, valid = self.envs.step(env_action)
-            self.done = terminated | truncated
-            self.episode_return += reward
-            self.episode_length += 1 if valid is None else valid
-            steps.append(
-                dict(
-                    obs=self.obs,
-                    action=action,
-                    reward=reward,
-                    terminated=terminated,
-                    truncated=truncated,
-                    next_obs=final_obs,
-                    episode_return=np.where(self.done, self.episode_return, 0.0),
-                    episode_length=np.where(self.done, self.episode_length, 0),
-                    valid=valid,
+            if self.server is None:
+                action, self.carry, step_extras = step(
+                    params, self.obs, self.carry, key, self.times[t], self.actor, timesteps, self.done
                 )
-            )
-            self.episode_return[self.done], self.episode_length[self.done] = 0.0, 0
+                action = np.asarray(action)
+                extras.append(step_extras)
+            else:
+                action, step_extras, version = self.server.act(self.index, self.obs, self.done, self.timesteps)
+                _put(extras, t, step_extras)
+                self.block_version = version if self.block_version is None else min(self.block_version, version)
+            env_action = np.clip(action, spec.action_low, spec.action_high) if spec.continuous else action
+            obs, reward, terminated, truncated, final_obs, step_valid = self.envs.step(env_action)
+            self.done = done = terminated | truncated
+            self.episode_return += reward
+            self.episode_length += 1 if step_valid is None else step_valid
+            _put(rows["obs"], t, self.obs)
+            _put(rows["next_obs"], t, final_obs)
+            rows["action"][t], rows["reward"][t] = action, reward
+            rows["terminated"][t], rows["truncated"][t] = terminated, truncated
+            rows["episode_return"][t] = np.where(done, self.episode_return, 0.0)
+            rows["episode_length"][t] = np.where(done, self.episode_length, 0)
+            if valid is not None:
+                valid[t] = step_valid
+            self.episode_return[done], self.episode_length[done] = 0.0, 0
             self.obs = obs
         self.timesteps += self.num_envs * self.num_steps
-        valid = [step.pop("valid") for step in steps]
-        rows = jax.tree.map(lambda *row: np.stack(row), *steps)
-        rows["valid"] = None if valid[0] is None else np.stack(valid)
-        like = self.programs.shapes(params)[0]
-        rows = {
-            name: jax.tree.map(lambda x, shape: np.asarray(x, shape.dtype), rows[name], getattr(like, name))
-            for name in rows
-        }
-        self.tail, block = self.programs.finish(self.tail, rows, extras, params, key)
+        finish = programs.finish_steps if self.server is None else programs.finish
+        self.tail, block = finish(self.tail, {**rows, "valid": valid}, extras, params, key)
         return block
 
     def close(self) -> None:
         self.envs.close()
 
 
+class _Stopped(Exception):
+    """The run stopped while an actor waited for the inference server."""
+
+
+class _Request:
+    """One actor's observations waiting for the server's answer."""
+
+    def __init__(self, obs, done, timesteps: int):
+        self.obs, self.done, self.timesteps = obs, done, timesteps
+        self.answered = threading.Event()
+        self.answer = None
+
+
+class InferenceServer:
+    """SEED RL's central inference (Espeholt et al., 2020, arXiv:1910.06591): actors only
+    step their envs and send the observations; one compiled call on ``device`` answers
+    every actor that asked, acting with the newest published params. Its thread waits
+    until every running actor has asked, or ``inference_wait`` seconds after the first
+    did, then calls the algorithm's policy of each actor under ``vmap`` over actors
+    (:meth:`ActorPrograms.batched_step`): the policy's memory stays on the server, one
+    slot per actor, reset where an actor's envs start an episode (a restarted actor's
+    all of them). Its randomness is ``unsafe_rbg`` keys, as a host actor's.
+
+    Args:
+      programs: the actors' :class:`ActorPrograms`.
+      latest: ``latest() -> (version, params)``, the newest published params.
+      device: where the policy runs (the learner's first device).
+      key: the server's randomness.
+      stop: set when the run stops; the server's thread then ends.
+      wait: ``ActorOptions.inference_wait``.
+    """
+
+    def __init__(self, programs: ActorPrograms, latest, device, key: jax.Array, stop: threading.Event, wait=0.002):
+        self.programs, self._latest, self._device, self._stop, self._wait = programs, latest, device, stop, wait
+        self._key = jax.device_put(programs.block_key(jax.random.fold_in(key, 1 << 30), np.int32(0)), device)
+        batch = (programs.num_actors, programs.config.num_envs)
+        self._obs_like = jax.eval_shape(lambda: programs.spec.zeros(batch))
+        self._condition = threading.Condition()
+        self._requests: dict[int, _Request] = {}
+        self.calls, self.answers, self.error = 0, 0, None
+        self.thread = threading.Thread(target=self._serve, name="jaxrl-inference", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def act(self, actor: int, obs, done: np.ndarray, timesteps: int):
+        """``(action, extras, version)`` for actor ``actor``'s ``obs`` (NumPy, leaves
+        ``[num_envs, ...]``), its envs' ``done`` flags from the step before and its env
+        steps so far: NumPy arrays, and the params' version that chose them."""
+        request = _Request(obs, done, timesteps)
+        with self._condition:
+            self._requests[actor] = request
+            self._condition.notify_all()
+        while not request.answered.wait(0.05):
+            if self._stop.is_set():
+                raise _Stopped
+        return request.answer
+
+    def _serve(self) -> None:
+        programs = self.programs
+        num_actors = programs.num_actors
+        carry = jax.device_put(programs.initial_carries(), self._device)
+        try:
+            while True:
+                with self._condition:
+                    while not self._requests and not self._stop.is_set():
+                        self._condition.wait(0.05)
+                    deadline = time.monotonic() + self._wait
+                    while len(self._requests) < num_actors and not self._stop.is_set():
+                        if not self._condition.wait(max(0.0, deadline - time.monotonic())):
+                            break
+                    if self._stop.is_set():
+                        return
+                    requests, self._requests = self._requests, {}
+                carry = self._answer(requests, carry)
+        except Exception as error:  # noqa: BLE001 - the learner raises it (Pipeline.get)
+            self.error = error
+            self._stop.set()
+
+    def _answer(self, requests: dict, carry):
+        programs, num_actors = self.programs, self.programs.num_actors
+        num_envs = programs.config.num_envs
+        obs = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), self._obs_like)
+        present = np.zeros(num_actors, bool)
+        done = np.zeros((num_actors, num_envs), bool)
+        timesteps = np.zeros(num_actors, np.int32)
+        for actor, request in requests.items():
+            _put(obs, actor, request.obs)
+            present[actor], done[actor], timesteps[actor] = True, request.done, request.timesteps
+        version, params = self._latest()
+        action, carry, extras = programs.batched_step(
+            params, obs, carry, self._key, np.int32(self.calls), present, done, timesteps
+        )
+        action, extras = jax.device_get((action, extras))
+        self.calls += 1
+        self.answers += len(requests)
+        for actor, request in requests.items():
+            request.answer = (action[actor], jax.tree.map(lambda x: x[actor], extras), version)
+            request.answered.set()
+        return carry
+
+
+# The trajectory's fields a host actor fills from its env, step by step.
+_HOST_ROWS = (
+    "obs",
+    "action",
+    "reward",
+    "terminated",
+    "truncated",
+    "next_obs",
+    "episode_return",
+    "episode_length",
+)
+
+
+def _put(rows, t: int, value) -> None:
+    """``rows[t] = value`` for each leaf of a pytree of ``[T, ...]`` arrays."""
+    if isinstance(rows, np.ndarray):
+        rows[t] = value
+    else:
+        jax.tree.map(lambda row, x: row.__setitem__(t, x), rows, value)
+
+
 class _LearnerPrograms:
     """The learner's compiled programs for one algorithm and config: its init, its
-    iteration on a block (compiled once per block layout), the params it publishes
-    (copies: the next iteration donates the state, and actors still read them) and
-    the evaluation."""
+    iteration on a block (compiled once per block layout: ``learn`` with the iteration's
+    key, and the params it publishes, copies since the next iteration donates the
+    state while actors still read them), the first params it publishes and the
+    evaluation."""
 
     def __init__(self, record, config):
         parts = record.actor_learner
+
+        def iteration(state, block, run_key, number):
+            state, metrics = parts.learn(state, block, learner_keys(run_key, number)[0], config)
+            return state, metrics, jax.tree.map(jnp.copy, parts.published(state))
+
         self.init = jax.jit(functools.partial(parts.learner_init, config=config))
-        self.learn = jax.jit(functools.partial(parts.learn, config=config), donate_argnums=0)
+        self.iteration = jax.jit(iteration, donate_argnums=0)
         self.publish = jax.jit(lambda state: jax.tree.map(jnp.copy, parts.published(state)))
         self.evaluate = jax.jit(functools.partial(record.evaluate, config=config))
         self._compiled = {}
 
-    def compiled_learn(self, state, block, key):
-        """``learn`` compiled for arguments like these (compiling now, not at the first call)."""
+    def compiled_iteration(self, state, block, run_key):
+        """``iteration`` compiled for arguments like these (compiling now, not at the first call)."""
         leaves, structure = jax.tree.flatten((state, block))
         signature = (str(structure), tuple((x.shape, str(x.dtype), x.sharding) for x in leaves))
         if signature not in self._compiled:
-            self._compiled[signature] = self.learn.lower(state, block, key).compile()
+            self._compiled[signature] = self.iteration.lower(state, block, run_key, np.int32(0)).compile()
         return self._compiled[signature]
+
+
+def learner_keys(run_key: jax.Array, iteration) -> jax.Array:
+    """``[update_key, eval_key]`` of learner iteration ``iteration``."""
+    return jax.random.split(jax.random.fold_in(run_key, iteration))
 
 
 @dataclasses.dataclass
@@ -660,7 +872,7 @@ def run(
     def chunk(tree, length):
         if "learn" not in compiled:  # compiled here, so that the run's compile time is apart from its run time
             block = place_block(jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), block_shape(tree)))
-            compiled["learn"] = programs.compiled_learn(tree["state"], block, run_key)
+            compiled["learn"] = programs.compiled_iteration(tree["state"], block, run_key)
 
         def call(tree, start):
             start = int(start)
@@ -669,26 +881,33 @@ def run(
                 pipeline.start(publish(state), version=start)
             steps_before, idle_before = sum(pipeline.steps), sum(pipeline.idle_seconds)
             begin = time.perf_counter()
-            rows = collections.defaultdict(list)
+            learned, evaluations, pipeline_rows = [], {}, collections.defaultdict(list)
             for iteration in range(start, start + length):
                 waited = time.perf_counter()
                 block, occupancy = pipeline.get()
                 waited = time.perf_counter() - waited
                 lag = pipeline.version - block.version
                 lags.append(lag)
-                step_key, eval_key = jax.random.split(jax.random.fold_in(run_key, iteration))
-                state, metrics = compiled["learn"](state, place_block(block.data), step_key)
-                pipeline.publish(publish(state))
-                nan = np.float32(np.nan)
-                metrics["eval_return"] = metrics["eval_length"] = nan
+                state, metrics, published = compiled["learn"](
+                    state, place_block(block.data), run_key, np.int32(iteration)
+                )
+                pipeline.publish(published)
+                learned.append(metrics)
                 if num_evals and loop.is_checkpoint(iteration, num_iterations, num_evals):
-                    result = evaluate(state.params, eval_key)
-                    metrics["eval_return"] = jnp.mean(result.returns)
-                    metrics["eval_length"] = jnp.mean(result.lengths.astype(jnp.float32))
-                metrics.update(policy_lag=lag, queue_occupancy=occupancy, learner_wait_seconds=waited)
-                for name, value in metrics.items():
-                    rows[name].append(value)
-            rows = {name: np.asarray(jax.device_get(values)) for name, values in rows.items()}
+                    result = evaluate(state.params, learner_keys(run_key, iteration)[1])
+                    evaluations[iteration - start] = (jnp.mean(result.returns), jnp.mean(result.lengths))
+                for name, value in (
+                    ("policy_lag", lag),
+                    ("queue_occupancy", occupancy),
+                    ("learner_wait_seconds", waited),
+                ):
+                    pipeline_rows[name].append(value)
+            learned, evaluations = jax.device_get((learned, evaluations))  # one fetch per chunk
+            rows = {name: np.stack([metrics[name] for metrics in learned]) for name in learned[0]}
+            rows["eval_return"], rows["eval_length"] = np.full((2, length), np.nan, np.float32)
+            for row, (eval_return, eval_length) in evaluations.items():
+                rows["eval_return"][row], rows["eval_length"][row] = eval_return, eval_length
+            rows.update({name: np.asarray(values) for name, values in pipeline_rows.items()})
             seconds = time.perf_counter() - begin
             idle = (sum(pipeline.idle_seconds) - idle_before) / (actor_options.actors * seconds)
             per_chunk = {

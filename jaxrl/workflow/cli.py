@@ -160,6 +160,12 @@ def _add_actor_arguments(sub) -> None:
         metavar="N",
         help="with --actors: the first N devices run the learner, the actors the rest (default: %(default)s)",
     )
+    sub.add_argument(
+        "--central-inference",
+        action="store_true",
+        help="with --actors: actors only step their envs; one batched policy call on the learner's device "
+        "answers them all (SEED RL; host envs such as gymnasium:...)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -576,7 +582,10 @@ def _train_actor_learner(record, config, args) -> int:
         raise UsageError("--actors places its devices with --learner-devices, not --devices")
     try:
         actors = actor_learner.ActorOptions(
-            actors=args.actors, queue_size=args.queue_size, learner_devices=args.learner_devices
+            actors=args.actors,
+            queue_size=args.queue_size,
+            learner_devices=args.learner_devices,
+            central_inference=args.central_inference,
         )
         parts = record.actor_learner
         prepared = parts.prepare(config)
