@@ -1,15 +1,17 @@
 """Actors apart from the learner (``jaxrl.workflow.actor_learner``) against the lock-step
-program on host envs (the Gymnasium bridge, envpool's XLA interface): env steps/s of IMPALA
-and Ape-X DQN on a host env, and what overlap could give at most.
+program on host envs (the Gymnasium bridge, envpool's XLA interface): env steps/s of IMPALA,
+APPO and Ape-X DQN on a host env, what overlap could give at most, and time to solve.
 
-    python benchmarks/actor_learner.py                            # impala + apex, 1 and 2 actors (~3 min, 2 cores)
+    python benchmarks/actor_learner.py                            # impala, appo, apex: 1 and 2 actors, central
     python benchmarks/actor_learner.py --quick                    # small sizes: a smoke test
     python benchmarks/actor_learner.py --algorithms impala --actors 1 2 4 --steps 40960
-    python benchmarks/actor_learner.py --env-id gymnasium:CartPole-v1 envpool:CartPole-v1
+    python benchmarks/actor_learner.py --env-id gymnasium:CartPole-v1 envpool:CartPole-v1 --solve 3
+    python benchmarks/actor_learner.py --algorithms impala --env-id envpool:Pong-v5 --network nature_cnn --steps 2048
     python benchmarks/actor_learner.py --learner-devices 1 --markdown out.md   # GPU: learner on GPU 0, actors after
     XLA_FLAGS=--xla_force_host_platform_device_count=2 python benchmarks/actor_learner.py   # CPU, actors on CPU 1
 
 Default configs (``impala.Config``: 16 envs x 8 steps per block, one gradient step;
+``appo.Config``: PPO's 4 envs x 128 steps per block, 4 epochs of 4 minibatches;
 ``apex.Config``: 4 envs x 8 steps per block, 8 updates of batch 128 on prioritized
 replay, after ``learning_starts`` = 2,000 steps), ``num_evals=0``, ``num_reports=0``.
 Rows, for each algorithm and env id:
@@ -33,10 +35,19 @@ Rows, for each algorithm and env id:
   the learner consumed / seconds, over the chunks after the first (the actors compile
   their programs and fill the queue in the first); the whole-run rate beside it. Mean
   policy lag and the actors' idle fraction (blocked on a full queue) over those chunks.
+* **central inference, k actors** (``--central-actors``): the same with
+  ``ActorOptions(central_inference=True)``: actors only step their envs, one batched
+  policy call on the learner's device answers them (host envs only: Gymnasium).
 * **bounds** from ``a`` and ``b`` (seconds per env step): serial ``1 / (a + b)``, what
   lock-step should be; perfect overlap ``1 / max(a, b)``, the most one actor beside the
   learner can give. k actors can do better only where their env steps run in parallel
   (envpool's C++ threads, processes), not Python envs under one GIL.
+
+**Time to solve** (``--solve N``): N seeds of the lock-step program, of the decoupled run
+with 2 actors and (host envs) with central inference, each stopping when its evaluation
+reaches the algorithm's threshold (IMPALA and Ape-X 200, APPO 450, within the budgets of
+tests/test_actor_learner.py's learning tests: 100k, 80k, 100k env steps; 10 evaluations):
+solved runs, median wall seconds to the stop (compile and run), median env steps.
 
 Everything runs in this one process, one row after another (the other benchmarks give
 each measurement a fresh process; here JAX's import and the lock-step compiles would
@@ -49,11 +60,13 @@ them), so only the first decoupled row's compile time includes the learner's com
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import functools
 import gc
 import importlib.util
 import os
+import statistics
 import sys
 import time
 import traceback
@@ -61,7 +74,9 @@ from typing import Any
 
 from _harness import _cpu_snapshot, _other_cpu, fmt, machine_info, phase, report, speed_probe
 
-ALGORITHMS = ("impala", "apex")
+ALGORITHMS = ("impala", "appo", "apex")
+# Time to solve: (threshold, env-step budget) of tests/test_actor_learner.py's learning tests.
+SOLVE = {"impala": (200.0, 100_000), "appo": (450.0, 100_000), "apex": (200.0, 80_000)}
 BACKENDS = ("gymnasium", "envpool")  # host envs whose floor rows this script knows how to step
 
 
@@ -87,12 +102,12 @@ class Case:
 
 def make_case(jax, algorithm: str, env_id: str, args) -> Case:
     from jaxrl import algorithms
-    from jaxrl.algorithms import apex, impala
     from jaxrl.workflow import actor_learner, runner
 
-    module = {"impala": impala, "apex": apex}[algorithm]
-    parts = algorithms.resolve(algorithm).actor_learner
-    config = module.Config(env_id=env_id, total_timesteps=args.steps, num_evals=0, num_reports=0)
+    record = algorithms.get(algorithm)
+    parts = record.actor_learner
+    network = {"network": args.network} if args.network else {}
+    config = record.Config(env_id=env_id, total_timesteps=args.steps, num_evals=0, num_reports=0, **network)
     prepared = parts.prepare(config)
     num_iterations = parts.num_iterations(prepared)
     chunk_iterations = runner.default_chunk_iterations(num_iterations, chunks=args.chunks)
@@ -120,7 +135,7 @@ def policy_fn(case: Case):
     from jaxrl.algorithms import apex, dqn, onpolicy
 
     config = case.prepared
-    if case.algorithm == "impala":
+    if case.algorithm in ("impala", "appo"):
         carry = onpolicy.initial_carry(config, case.num_envs)
         return lambda params, obs, key: onpolicy.behaviour_step(params, obs, carry, key, config)[0]
     epsilon = apex.lane_epsilons(jnp.zeros((), jnp.int32), config, 0, 1)
@@ -302,15 +317,16 @@ def lock_step(jax, case: Case, args) -> dict:
     )
 
 
-def decoupled(jax, case: Case, args, actors: int) -> dict:
-    """``actor_learner.run`` with ``actors`` actor threads; steady state over the chunks
-    after the first (from each chunk's ``learner_updates_per_second``)."""
+def decoupled(jax, case: Case, args, actors: int, central: bool = False) -> dict:
+    """``actor_learner.run`` with ``actors`` actor threads (answered by a central
+    inference server with ``central``); steady state over the chunks after the first
+    (from each chunk's ``learner_updates_per_second``)."""
     import numpy as np
 
     from jaxrl.workflow import actor_learner
 
     options = actor_learner.ActorOptions(
-        actors=actors, learner_devices=args.learner_devices, queue_size=args.queue_size
+        actors=actors, learner_devices=args.learner_devices, queue_size=args.queue_size, central_inference=central
     )
     before = _cpu_snapshot()
     result = actor_learner.run(
@@ -338,6 +354,45 @@ def decoupled(jax, case: Case, args, actors: int) -> dict:
         actor_steps_per_s=float(np.sum(m["actor_steps_per_second"][steady] * row_seconds[steady]) / steady_s),
         restarts=result.restarts,
     )
+
+
+def time_to_solve(jax, case: Case, args) -> list[dict]:
+    """``--solve`` seeds of the lock-step program, the decoupled run with 2 actors and
+    (host envs) central inference, each stopping at :data:`SOLVE`'s threshold: a row per
+    run (``kind`` "solve")."""
+    import numpy as np
+
+    from jaxrl.workflow import actor_learner, runner
+
+    threshold, budget = SOLVE[case.algorithm]
+    config = case.config.replace(total_timesteps=budget, num_evals=10)
+    place = dict(learner_devices=args.learner_devices, queue_size=args.queue_size)
+    modes = {"lock-step": None, "decoupled-2": actor_learner.ActorOptions(actors=2, **place)}
+    if case.env_id.startswith("gymnasium:"):
+        modes["central-2"] = actor_learner.ActorOptions(actors=2, central_inference=True, **place)
+    rows = []
+    for mode, options in modes.items():
+        for seed in range(args.solve):
+            phase(f"time to solve: {mode}, seed {seed}")
+            if options is None:
+                result = runner.run(case.algorithm, config, seeds=1, seed=seed, target=threshold)
+            else:
+                result = actor_learner.run(case.algorithm, config, actors=options, seed=seed, target=threshold)
+            rows.append(
+                dict(
+                    algorithm=case.algorithm,
+                    env_id=case.env_id,
+                    kind="solve",
+                    mode=mode,
+                    seed=seed,
+                    solved=bool(np.nanmax(result.metrics["eval_return"]) >= threshold),
+                    compile_s=result.compile_seconds,
+                    wall_s=result.compile_seconds + result.run_seconds,
+                    env_steps=int(result.metrics["timesteps"][0, -1]),
+                )
+            )
+            print(f"    {mode} seed {seed}: {rows[-1]}", file=sys.stderr, flush=True)
+    return rows
 
 
 def overlap_bounds(actor_row: dict, learner_row: dict) -> list[dict]:
@@ -383,8 +438,13 @@ def measure_case(jax, case: Case, args) -> list[dict]:
     lock_row = measure("lock-step", lock_step)
     for actors in args.actors:
         measure(f"decoupled-{actors}", decoupled, actors, actors=actors)
+    if case.env_id.startswith("gymnasium:"):  # central inference answers host actors
+        for actors in args.central_actors:
+            measure(f"central-{actors}", decoupled, actors, True, actors=actors)
     if "error" not in actor_row and "error" not in learner_row:
         rows += [{**key, **bound} for bound in overlap_bounds(actor_row, learner_row)]
+    if args.solve:
+        rows += time_to_solve(jax, case, args)
     lock_rate = None if "error" in lock_row else lock_row["steps_per_s"]
     for row in rows:
         if lock_rate and "steps_per_s" in row:
@@ -405,9 +465,10 @@ LABELS = {
 
 def label(row: dict) -> str:
     kind = row["kind"]
-    if kind.startswith("decoupled-"):
+    if kind.startswith(("decoupled-", "central-")):
         actors = row["actors"]
-        return f"decoupled, {actors} actor{'s' if actors > 1 else ''} (actor_learner.run)"
+        how = "central inference" if kind.startswith("central-") else "decoupled"
+        return f"{how}, {actors} actor{'s' if actors > 1 else ''} (actor_learner.run)"
     return LABELS[kind]
 
 
@@ -427,6 +488,8 @@ def table(rows: list[dict], cases: dict) -> tuple[list[str], list[list[str]]]:
     ]
     out = []
     for r in rows:
+        if r["kind"] == "solve":
+            continue
         case = cases[(r["algorithm"], r["env_id"])]
         head = [r["algorithm"], f"{r['env_id']} ({case.num_envs}x{case.block_steps // case.num_envs})", label(r)]
         if "error" in r:
@@ -468,12 +531,26 @@ def notes(rows: list[dict], cases: dict, args) -> list[str]:
                 f"perfect overlap can give at most {overlap['gain']:.2f}x over serial"
             )
         for r in mine.values():
-            if r["kind"].startswith("decoupled-") and "error" not in r:
+            if r["kind"].startswith(("decoupled-", "central-")) and "error" not in r:
                 lines.append(
-                    f"{algorithm} on {env_id}, {r['actors']} actor(s): first chunk {r['first_chunk_s']:.1f} s "
+                    f"{algorithm} on {env_id}, {label(r)}: first chunk {r['first_chunk_s']:.1f} s "
                     f"(the actors compile there), actors sent {r['actor_steps_per_s']:,.0f} env steps/s in the "
                     f"steady chunks, restarts {r['restarts']}"
                 )
+    solves = collections.defaultdict(list)
+    for r in rows:
+        if r["kind"] == "solve":
+            solves[(r["algorithm"], r["env_id"], r["mode"])].append(r)
+    for (algorithm, env_id, mode), runs in solves.items():
+        threshold, budget = SOLVE[algorithm]
+        wall = statistics.median(r["wall_s"] for r in runs)
+        compile_s = statistics.median(r["compile_s"] for r in runs)
+        steps = statistics.median(r["env_steps"] for r in runs)
+        lines.append(
+            f"time to solve, {algorithm} on {env_id}, {mode}: {sum(r['solved'] for r in runs)} of {len(runs)} runs "
+            f"reached {threshold:g} within {budget:,} env steps; median {wall:.1f} s (compile {compile_s:.1f} s), "
+            f"median {steps:,.0f} env steps; each run's seconds: {', '.join(format(r['wall_s'], '.1f') for r in runs)}"
+        )
     lines += [
         "env steps/s: floor rows, the fastest of "
         f"{args.runs} runs of {args.steps:,} env steps; learner only: the env steps it could absorb (updates/s x "
@@ -550,6 +627,17 @@ def main(argv=None) -> int:
     )
     parser.add_argument(
         "--actors", type=int, nargs="+", default=[1, 2], help="actor counts of the decoupled rows (default: 1 2)"
+    )
+    parser.add_argument(
+        "--central-actors",
+        type=int,
+        nargs="*",
+        default=[2],
+        help="actor counts of the central-inference rows, Gymnasium envs only (default: 2; none: no such rows)",
+    )
+    parser.add_argument("--network", help="the algorithms' network (e.g. nature_cnn for Atari frames)")
+    parser.add_argument(
+        "--solve", type=int, default=0, metavar="SEEDS", help="time to solve over SEEDS seeds per mode (default: none)"
     )
     parser.add_argument(
         "--learner-devices",
