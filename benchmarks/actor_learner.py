@@ -231,23 +231,23 @@ def env_policy_loop(jax, case: Case, args) -> dict:
 def actor_block(jax, case: Case, args) -> dict:
     """One actor alone: its blocks one after another, as the actor thread makes them
     (``actor_learner.ActorPrograms``: host envs stepped from Python with one compiled
-    policy call per step, then the compiled ``finish``; a fresh key per block, waiting
-    for each). The row holds one block (``block``), for the learner-only row."""
+    policy call per step, then the compiled ``finish``; block after block, waiting for
+    each). The row holds one block (``block``), for the learner-only row."""
     from jaxrl.workflow import actor_learner
 
     device = case.actor_device
     params = published_params(jax, case, device)
     programs = actor_learner.ActorPrograms(case.parts, case.prepared, 1)
-    base_key = jax.random.key(args.seed)
     start = time.perf_counter()
-    actor = programs.actor(0, device, jax.random.fold_in(base_key, 1 << 30))
-    block = jax.block_until_ready(actor.block(params, base_key))
+    actor = programs.actor(0, device, jax.random.key(args.seed))
+    block = jax.block_until_ready(actor.block(params, 0))
     compile_s = time.perf_counter() - start  # tracing, compiling, creating the host envs, and the first block
     num_blocks = args.steps // case.block_steps
+    sequence = iter(range(1, 1 << 30))
 
     def run():
-        for i in range(num_blocks):
-            jax.block_until_ready(actor.block(params, jax.random.fold_in(base_key, i + 1)))
+        for _ in range(num_blocks):
+            jax.block_until_ready(actor.block(params, next(sequence)))
 
     best, times, others = timed(run, args.runs)
     actor.close()

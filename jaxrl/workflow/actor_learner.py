@@ -273,7 +273,9 @@ class Pipeline:
                     f"central_inference answers actors that step their envs from Python (gymnasium:...); "
                     f"{config.env_id} steps in compiled code, where an actor's policy runs inside its block"
                 )
-            self.server = InferenceServer(programs, lambda: self._store.latest(), devices[0], key, self._stop)
+            self.server = InferenceServer(
+                programs, lambda: self._store.latest(), devices[0], key, self._stop, options.inference_wait
+            )
             make_actor = make_actor or functools.partial(programs.actor, server=self.server)
         self._make_actor = make_actor or _cached(ActorPrograms, self.parts, config, num_actors).actor
 
