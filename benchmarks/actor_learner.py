@@ -6,7 +6,8 @@ APPO and Ape-X DQN on a host env, what overlap could give at most, and time to s
     python benchmarks/actor_learner.py --quick                    # small sizes: a smoke test
     python benchmarks/actor_learner.py --algorithms impala --actors 1 2 4 --steps 40960
     python benchmarks/actor_learner.py --env-id gymnasium:CartPole-v1 envpool:CartPole-v1 --solve 3
-    python benchmarks/actor_learner.py --algorithms impala --env-id envpool:Pong-v5 --network nature_cnn --steps 2048
+    python benchmarks/actor_learner.py --algorithms impala --env-id envpool:Pong-v5 --network nature_cnn \
+        --channels-last --steps 4096 --chunks 4 --runs 1
     python benchmarks/actor_learner.py --learner-devices 1 --markdown out.md   # GPU: learner on GPU 0, actors after
     XLA_FLAGS=--xla_force_host_platform_device_count=2 python benchmarks/actor_learner.py   # CPU, actors on CPU 1
 
@@ -107,6 +108,8 @@ def make_case(jax, algorithm: str, env_id: str, args) -> Case:
     record = algorithms.get(algorithm)
     parts = record.actor_learner
     network = {"network": args.network} if args.network else {}
+    if args.channels_last:
+        network["env_kwargs"] = {"channels_last": True}
     config = record.Config(env_id=env_id, total_timesteps=args.steps, num_evals=0, num_reports=0, **network)
     prepared = parts.prepare(config)
     num_iterations = parts.num_iterations(prepared)
@@ -208,7 +211,9 @@ def env_policy_loop(jax, case: Case, args) -> dict:
     import numpy as np
 
     act = policy_fn(case)
-    step_act = jax.jit(lambda params, obs, key, t: act(params, obs, jax.random.fold_in(key, t)))
+    # envpool's frames are [C, H, W]; with --channels-last the policy reads [H, W, C], as the adapter gives them.
+    layout = (lambda obs: jax.numpy.moveaxis(obs, 1, -1)) if args.channels_last else (lambda obs: obs)
+    step_act = jax.jit(lambda params, obs, key, t: act(params, layout(obs), jax.random.fold_in(key, t)))
     params = published_params(jax, case, case.actor_device)
     key = jax.device_put(jax.random.key(args.seed), case.actor_device)
     env, _ = host_vector_env(case, args.seed)
@@ -636,6 +641,9 @@ def main(argv=None) -> int:
         help="actor counts of the central-inference rows, Gymnasium envs only (default: 2; none: no such rows)",
     )
     parser.add_argument("--network", help="the algorithms' network (e.g. nature_cnn for Atari frames)")
+    parser.add_argument(
+        "--channels-last", action="store_true", help="envpool's frames as [H, W, C], the pixel networks' layout"
+    )
     parser.add_argument(
         "--solve", type=int, default=0, metavar="SEEDS", help="time to solve over SEEDS seeds per mode (default: none)"
     )

@@ -158,7 +158,7 @@ def test_central_inference_answers_each_actor_from_its_own_observations_and_memo
     programs = actor_learner.ActorPrograms(impala.ACTOR_LEARNER, config, num_actors)
     params = impala.ACTOR_LEARNER.learner_init(jax.random.key(0), config).params
     stop = threading.Event()
-    server = InferenceServer(programs, lambda: (7, params), jax.devices()[0], jax.random.key(1), stop, wait=0.005)
+    server = InferenceServer(programs, lambda: (7, params), jax.devices()[0], jax.random.key(1), stop, wait=0.02)
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(num_actors, num_steps, num_envs, 4)).astype(np.float32)
     done = rng.random((num_actors, num_steps, num_envs)) < 0.25
@@ -400,9 +400,9 @@ def test_impala_learns_cartpole_through_gymnasium_with_two_actors():
 @pytest.mark.learns
 @pytest.mark.optimised
 def test_apex_learns_cartpole_through_gymnasium_with_two_actors():
-    """Ape-X DQN's defaults, two actors of 4 envs, 80k steps: an evaluation of >= 200 in
+    """Ape-X DQN's defaults, two actors of 4 envs, 100k steps: an evaluation of >= 200 in
     3 of 4 runs (measured: benchmarks/RESULTS.md, "Actors apart from the learner")."""
-    best = runs_that_learn("apex", apex.Config(env_id="gymnasium:CartPole-v1", total_timesteps=80_000), 200.0)
+    best = runs_that_learn("apex", apex.Config(env_id="gymnasium:CartPole-v1", total_timesteps=100_000), 200.0)
     assert sum(b >= 200.0 for b in best) >= 3, best
 
 
@@ -420,8 +420,8 @@ def test_appo_learns_cartpole_through_gymnasium_with_two_actors():
 @pytest.mark.optimised
 def test_impala_learns_cartpole_through_gymnasium_with_central_inference():
     """IMPALA's defaults, two actors that only step their envs, one batched policy call
-    answering both, 100k steps: an evaluation of >= 200 in 3 of 4 runs (measured:
+    answering both, 150k steps: an evaluation of >= 200 in 3 of 4 runs (measured:
     benchmarks/RESULTS.md, "Actors apart from the learner")."""
-    config = impala.Config(env_id="gymnasium:CartPole-v1", total_timesteps=100_000)
+    config = impala.Config(env_id="gymnasium:CartPole-v1", total_timesteps=150_000)
     best = runs_that_learn("impala", config, 200.0, central_inference=True)
     assert sum(b >= 200.0 for b in best) >= 3, best

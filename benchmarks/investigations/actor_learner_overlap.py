@@ -6,6 +6,7 @@ beside the actor's Python loop), two cores cannot run both at full speed.
 
     python benchmarks/investigations/actor_learner_overlap.py apex
     python benchmarks/investigations/actor_learner_overlap.py impala --env-id gymnasium:CartPole-v1
+    python benchmarks/investigations/actor_learner_overlap.py appo
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def cpu_seconds() -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("algorithm", choices=("impala", "apex"))
+    parser.add_argument("algorithm", choices=("impala", "appo", "apex"))
     parser.add_argument("--env-id", default="gymnasium:CartPole-v1")
     parser.add_argument("--blocks", type=int, default=100, help="blocks each side makes or learns from")
     args = parser.parse_args()
@@ -43,8 +44,10 @@ def main() -> None:
     actor = actor_learner.ActorPrograms(parts, config, 1).actor(0, jax.devices()[0], jax.random.key(1))
     block = jax.block_until_ready(actor.block(params, 0))
     learn = jax.jit(functools.partial(parts.learn, config=config), donate_argnums=0)
-    warm_up = -(-getattr(config, "learning_starts", 0) // parts.block_steps(config)) + 1
-    for i in range(warm_up):  # Ape-X: past learning_starts, so that every call makes its updates
+    # Twice at least (the second call's state is the first's output), and for Ape-X past
+    # learning_starts, so that every timed call makes its updates.
+    warm_up = -(-getattr(config, "learning_starts", 0) // parts.block_steps(config)) + 2
+    for i in range(warm_up):
         state, _ = learn(state, block, jax.random.key(i))
     holder = {"state": jax.block_until_ready(state)}
 
