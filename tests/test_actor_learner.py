@@ -315,6 +315,8 @@ def test_a_stop_signal_checkpoints_joins_the_actors_and_the_run_resumes(tmp_path
     assert resumed.completed == 40
     np.testing.assert_array_equal(resumed.iterations, np.arange(1, 41))  # the first chunk's rows kept
     assert resumed.metrics["timesteps"][0, -1] == 40 * 4 * 8  # the learner's count went on from the checkpoint
+    idle = resumed.metrics["actor_idle_fraction"]  # over each chunk and the saving after the one before
+    assert np.all((idle >= 0) & (idle <= 1)) and np.all(resumed.metrics["actor_steps_per_second"] > 0)
 
 
 # ----------------------------------------------------------------------------- faults

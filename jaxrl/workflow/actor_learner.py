@@ -201,16 +201,22 @@ class BlockQueue:
     def __init__(self, size: int):
         self._queue: queue.Queue = queue.Queue(size)
 
-    def put(self, block: Block, stop: threading.Event) -> float | None:
+    def put(self, block: Block, stop: threading.Event, waiting=None) -> float | None:
         """Put ``block``; returns the seconds it waited for room, or None if ``stop``
-        was set before there was any."""
-        start = time.perf_counter()
+        was set before there was any. ``waiting(seconds)``, if given, hears of the wait
+        as it goes, at most 50 ms at a time."""
+        start = last = time.perf_counter()
         while not stop.is_set():
             try:
                 self._queue.put(block, timeout=0.05)
                 return time.perf_counter() - start
             except queue.Full:
                 continue
+            finally:
+                if waiting is not None:
+                    now = time.perf_counter()
+                    waiting(now - last)
+                    last = now
         return None
 
     def get(self, timeout: float) -> Block | None:
@@ -352,6 +358,10 @@ class Pipeline:
 
     # -------------------------------------------------------------------- an actor
 
+    def _idle(self, actor: int, seconds: float) -> None:
+        with self._lock:
+            self.idle_seconds[actor] += seconds
+
     def _pull(self, sequence: int):
         if self.options.fixed_lag is None:
             return self._store.latest()
@@ -378,12 +388,10 @@ class Pipeline:
                     data = jax.block_until_ready(actor_envs.block(cached[1], sequence))
                     version = getattr(actor_envs, "block_version", version)  # central inference: the server's
                     block = Block(actor, sequence, version, data, self.block_steps, time.perf_counter() - start)
-                    waited = self._queue.put(block, self._stop)
-                    if waited is None:
+                    if self._queue.put(block, self._stop, functools.partial(self._idle, actor)) is None:
                         return
                     with self._lock:
                         self.steps[actor] += self.block_steps
-                        self.idle_seconds[actor] += waited
                     sequence += 1
             except _Stopped:
                 return
@@ -867,6 +875,7 @@ def run(
     pipeline = Pipeline(record, config, actor_key, actor_options)
     lags: list[int] = []
     compiled = {}
+    window = []  # when the last chunk ended, the actors' env steps and idle seconds then
 
     def init():
         return {"state": jax.device_put(programs.init(init_key), state_placement)}
@@ -881,8 +890,10 @@ def run(
             state = tree["state"]
             if not pipeline.started:  # the first chunk, or the first after a resume
                 pipeline.start(publish(state), version=start)
-            steps_before, idle_before = sum(pipeline.steps), sum(pipeline.idle_seconds)
+            # The actors' rates are over the time since the chunk before ended (they go on
+            # while the runner logs and saves); the learner's over its own loop.
             begin = time.perf_counter()
+            window_start, steps_before, idle_before = window or (begin, sum(pipeline.steps), sum(pipeline.idle_seconds))
             learned, evaluations, pipeline_rows = [], {}, collections.defaultdict(list)
             for iteration in range(start, start + length):
                 waited = time.perf_counter()
@@ -910,10 +921,13 @@ def run(
             for row, (eval_return, eval_length) in evaluations.items():
                 rows["eval_return"][row], rows["eval_length"][row] = eval_return, eval_length
             rows.update({name: np.asarray(values) for name, values in pipeline_rows.items()})
-            seconds = time.perf_counter() - begin
-            idle = (sum(pipeline.idle_seconds) - idle_before) / (actor_options.actors * seconds)
+            end, steps, idle_seconds = time.perf_counter(), sum(pipeline.steps), sum(pipeline.idle_seconds)
+            window[:] = end, steps, idle_seconds
+            seconds, actor_seconds = end - begin, end - window_start
+            # Waits are counted in slices of at most 50 ms: one that began before the window can add that much.
+            idle = min(1.0, (idle_seconds - idle_before) / (actor_options.actors * actor_seconds))
             per_chunk = {
-                "actor_steps_per_second": (sum(pipeline.steps) - steps_before) / seconds,
+                "actor_steps_per_second": (steps - steps_before) / actor_seconds,
                 "learner_updates_per_second": length / seconds,
                 "actor_idle_fraction": idle,
                 "actor_restarts": pipeline.restarts,
