@@ -9,6 +9,7 @@ APPO and Ape-X DQN on a host env, what overlap could give at most, and time to s
     python benchmarks/actor_learner.py --algorithms impala --env-id envpool:Pong-v5 --network nature_cnn \
         --channels-last --steps 4096 --chunks 4 --runs 1
     python benchmarks/actor_learner.py --learner-devices 1 --markdown out.md   # GPU: learner on GPU 0, actors after
+    python benchmarks/actor_learner.py --actor-platform cpu --markdown out.md  # GPU learner, actors on the CPU
     XLA_FLAGS=--xla_force_host_platform_device_count=2 python benchmarks/actor_learner.py   # CPU, actors on CPU 1
 
 Default configs (``impala.Config``: 16 envs x 8 steps per block, one gradient step;
@@ -115,7 +116,7 @@ def make_case(jax, algorithm: str, env_id: str, args) -> Case:
     num_iterations = parts.num_iterations(prepared)
     chunk_iterations = runner.default_chunk_iterations(num_iterations, chunks=args.chunks)
     devices = jax.devices()
-    rest = devices[args.learner_devices :]
+    rest = jax.devices(args.actor_platform) if args.actor_platform else devices[args.learner_devices :]
     return Case(
         algorithm=algorithm,
         env_id=env_id,
@@ -127,7 +128,9 @@ def make_case(jax, algorithm: str, env_id: str, args) -> Case:
         num_iterations=num_iterations,
         chunk_iterations=chunk_iterations,
         actor_device=rest[0] if rest else devices[0],
-        learner_options=actor_learner.ActorOptions(actors=1, learner_devices=args.learner_devices),
+        learner_options=actor_learner.ActorOptions(
+            actors=1, learner_devices=args.learner_devices, actor_platform=args.actor_platform
+        ),
     )
 
 
@@ -331,7 +334,11 @@ def decoupled(jax, case: Case, args, actors: int, central: bool = False) -> dict
     from jaxrl.workflow import actor_learner
 
     options = actor_learner.ActorOptions(
-        actors=actors, learner_devices=args.learner_devices, queue_size=args.queue_size, central_inference=central
+        actors=actors,
+        learner_devices=args.learner_devices,
+        actor_platform=args.actor_platform,
+        queue_size=args.queue_size,
+        central_inference=central,
     )
     before = _cpu_snapshot()
     result = actor_learner.run(
@@ -371,7 +378,7 @@ def time_to_solve(jax, case: Case, args) -> list[dict]:
 
     threshold, budget = SOLVE[case.algorithm]
     config = case.config.replace(total_timesteps=budget, num_evals=10)
-    place = dict(learner_devices=args.learner_devices, queue_size=args.queue_size)
+    place = dict(learner_devices=args.learner_devices, actor_platform=args.actor_platform, queue_size=args.queue_size)
     modes = {"lock-step": None, "decoupled-2": actor_learner.ActorOptions(actors=2, **place)}
     if case.env_id.startswith("gymnasium:"):
         modes["central-2"] = actor_learner.ActorOptions(actors=2, central_inference=True, **place)
@@ -580,9 +587,9 @@ def run(args) -> int:
     from jaxrl.workflow import actor_learner
 
     try:
-        actor_learner.ActorOptions(actors=1, learner_devices=args.learner_devices)
+        actor_learner.ActorOptions(actors=1, learner_devices=args.learner_devices, actor_platform=args.actor_platform)
     except ValueError as error:
-        print(f"--learner-devices: {error}", file=sys.stderr)
+        print(f"--learner-devices / --actor-platform: {error}", file=sys.stderr)
         return 2
     start = time.perf_counter()
     rows, cases, skipped = [], {}, []
@@ -653,6 +660,11 @@ def main(argv=None) -> int:
         default=1,
         help="the learner runs on the first K devices, actors on the rest (or on the first where none remain): "
         "ActorOptions.learner_devices (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--actor-platform",
+        default=None,
+        help="the actors' platform (cpu: actors on the host beside a GPU learner): ActorOptions.actor_platform",
     )
     parser.add_argument(
         "--queue-size", type=int, default=2, help="blocks the decoupled queue holds (default: %(default)s)"

@@ -7,6 +7,8 @@ with two actors (IMPALA also with central inference)."""
 import dataclasses
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import types
@@ -127,6 +129,7 @@ def test_block_queue_put_gives_up_when_stopped():
         (dict(block_timeout=0), "block_timeout"),
         (dict(actors=1, fixed_lag=1, central_inference=True), "fixed_lag .* central_inference=False"),
         (dict(central_inference=True, inference_wait=0), "inference_wait"),
+        (dict(actor_platform="nonsense"), "actor_platform='nonsense' has no devices here"),
     ],
 )
 def test_bad_actor_options_are_refused(options, match):
@@ -285,6 +288,37 @@ def test_a_recurrent_impala_runs_with_its_memory_carried_across_blocks():
     result = actor_learner.run("impala", config, actors=2)
     assert result.completed == 6 and np.all(np.isfinite(result.metrics["value_loss"]))
     assert "core" in result.state.params["network"]["params"]  # the GRU the learner trained
+
+
+SPLIT_DEVICES = """
+import jax, numpy as np
+from jaxrl.algorithms import impala
+from jaxrl.workflow import actor_learner
+from jaxrl.workflow.actor_learner import ActorOptions
+
+config = impala.Config(env_id="CartPole-v1", num_envs=4, num_steps=8, total_timesteps=4 * 8 * 6, num_evals=1)
+runs = {}
+for learner_devices in (1, 2):
+    options = ActorOptions(actors=1, queue_size=1, fixed_lag=1, learner_devices=learner_devices)
+    pipeline = actor_learner.Pipeline(impala.algorithm, impala.actor_learner_config(config), jax.random.key(0), options)
+    assert [d.id for d in pipeline.actor_devices] == [learner_devices], pipeline.actor_devices
+    runs[learner_devices] = actor_learner.run("impala", config, actors=options, seed=3)
+split = runs[2].state.params
+assert {len(x.sharding.device_set) for x in jax.tree.leaves(split)} == {2}  # the learner spans two devices
+for one, two in zip(jax.tree.leaves(runs[1].state.params), jax.tree.leaves(split)):
+    np.testing.assert_allclose(np.asarray(one), np.asarray(two), rtol=1e-4, atol=1e-5)
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_a_learner_on_two_devices_learns_as_on_one_with_its_actor_on_a_third():
+    """On 4 forced CPU devices: the learner on the first 1 or 2 (a block's env axis split
+    over them, its state replicated) and its one actor on the next; in the reproducible
+    mode the two runs end with the same params, to rounding."""
+    env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4"}
+    result = subprocess.run([sys.executable, "-c", SPLIT_DEVICES], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
 
 
 class InterruptAfterFirstChunk:

@@ -20,7 +20,8 @@ envs in processes (Gymnasium's ``vectorization_mode="async"``: ``env_kwargs``).
 
 **Devices.** The learner runs on the first ``learner_devices`` devices (a block's env
 axis split over them, its state replicated); actors take the remaining devices in turn,
-or share the learner's first device where none remain (one CPU).
+or share the learner's first device where none remain (one CPU), or take the devices of
+``actor_platform`` (``"cpu"`` beside a GPU learner).
 
 **Records and runs.** The learner is driven by :func:`jaxrl.workflow.runner.drive`, in
 chunks of learner iterations, so logging, checkpoints, resume, the target, the
@@ -92,6 +93,8 @@ class ActorOptions:
       max_restarts: actor restarts a run allows (after an env raised) before it stops.
       learner_devices: the first this many devices run the learner (a block's env
         axis is split over them); actors run on the rest, or on the learner's first.
+      actor_platform: None (as above), or a platform whose devices the actors take in
+        turn: ``"cpu"`` keeps a small policy's steps on the host beside a GPU learner.
       block_timeout: seconds the learner waits for a block before it stops with an error.
       join_timeout: seconds closing waits for each actor thread.
       central_inference: SEED RL's layout (:class:`InferenceServer`): actors only step
@@ -106,6 +109,7 @@ class ActorOptions:
     fixed_lag: int | None = None
     max_restarts: int = 3
     learner_devices: int = 1
+    actor_platform: str | None = None
     block_timeout: float = 600.0
     join_timeout: float = 60.0
     central_inference: bool = False
@@ -135,6 +139,11 @@ class ActorOptions:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
                 raise ValueError(f"{name} must be a number of seconds > 0, got {value!r}")
+        if self.actor_platform is not None:
+            try:
+                jax.devices(self.actor_platform)
+            except (RuntimeError, ValueError) as error:
+                raise ValueError(f"actor_platform={self.actor_platform!r} has no devices here ({error})") from None
         if self.learner_devices > jax.device_count():
             raise ValueError(
                 f"learner_devices={self.learner_devices}, but there are {jax.device_count()} device(s) "
@@ -269,7 +278,7 @@ class Pipeline:
         self.idle_seconds = [0.0] * options.actors
         num_actors = options.actors
         devices = jax.devices()
-        rest = devices[options.learner_devices :]
+        rest = jax.devices(options.actor_platform) if options.actor_platform else devices[options.learner_devices :]
         self.actor_devices = [rest[i % len(rest)] if rest else devices[0] for i in range(num_actors)]
         self.server = None
         if options.central_inference:

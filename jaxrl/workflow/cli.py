@@ -161,6 +161,12 @@ def _add_actor_arguments(sub) -> None:
         help="with --actors: the first N devices run the learner, the actors the rest (default: %(default)s)",
     )
     sub.add_argument(
+        "--actor-platform",
+        default=None,
+        metavar="PLATFORM",
+        help="with --actors: run the actors on this platform's devices (cpu: beside a GPU learner)",
+    )
+    sub.add_argument(
         "--central-inference",
         action="store_true",
         help="with --actors: actors only step their envs; one batched policy call on the learner's device "
@@ -585,6 +591,7 @@ def _train_actor_learner(record, config, args) -> int:
             actors=args.actors,
             queue_size=args.queue_size,
             learner_devices=args.learner_devices,
+            actor_platform=args.actor_platform,
             central_inference=args.central_inference,
         )
         parts = record.actor_learner
