@@ -307,6 +307,10 @@ split = runs[2].state.params
 assert {len(x.sharding.device_set) for x in jax.tree.leaves(split)} == {2}  # the learner spans two devices
 for one, two in zip(jax.tree.leaves(runs[1].state.params), jax.tree.leaves(split)):
     np.testing.assert_allclose(np.asarray(one), np.asarray(two), rtol=1e-4, atol=1e-5)
+# A central inference server on the learner's first device, acting with its params from two.
+host = config.replace(env_id="gymnasium:CartPole-v1")
+central = ActorOptions(actors=2, learner_devices=2, central_inference=True)
+assert actor_learner.run("impala", host, actors=central).completed == 6
 print("ok")
 """
 
@@ -315,7 +319,8 @@ print("ok")
 def test_a_learner_on_two_devices_learns_as_on_one_with_its_actor_on_a_third():
     """On 4 forced CPU devices: the learner on the first 1 or 2 (a block's env axis split
     over them, its state replicated) and its one actor on the next; in the reproducible
-    mode the two runs end with the same params, to rounding."""
+    mode the two runs end with the same params, to rounding. Central inference serves
+    actors from a learner on two devices."""
     env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=4"}
     result = subprocess.run([sys.executable, "-c", SPLIT_DEVICES], env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]

@@ -685,6 +685,7 @@ class InferenceServer:
         self._condition = threading.Condition()
         self._requests: dict[int, _Request] = {}
         self.calls, self.answers, self.error = 0, 0, None
+        self._params = (None, None)  # (version, params on the server's device)
         self.thread = threading.Thread(target=self._serve, name="jaxrl-inference", daemon=True)
 
     def start(self) -> None:
@@ -735,6 +736,9 @@ class InferenceServer:
             _put(obs, actor, request.obs)
             present[actor], done[actor], timesteps[actor] = True, request.done, request.timesteps
         version, params = self._latest()
+        if version != self._params[0]:  # the learner's params may span several devices
+            self._params = (version, jax.device_put(params, self._device))
+        params = self._params[1]
         action, carry, extras = programs.batched_step(
             params, obs, carry, self._key, np.int32(self.calls), present, done, timesteps
         )
