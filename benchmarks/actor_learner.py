@@ -23,11 +23,12 @@ Rows, for each algorithm and env id:
 * **env + policy, host loop**: the same, each action from the algorithm's policy under
   ``jax.jit`` (one call per time step, numpy in and out).
 * **one actor alone** (``a``): the decoupled run's actor, as its thread runs it, block
-  after block (``actor_learner.ActorPrograms``): for Gymnasium envs a Python loop over
-  the env's steps with one compiled policy call per step, then the compiled ``finish``;
-  for envpool one compiled block through envpool's XLA interface.
-* **learner only** (``b``): the learner's compiled ``learn`` (``record.actor_learner``,
-  donating its state) called again and again on one pre-made block (Ape-X: after
+  after block (``actor_learner.ActorPrograms``): a Python loop over its envs' steps
+  (Gymnasium's vector env, envpool's own Python API) with one compiled policy call per
+  step, then the compiled ``finish``.
+* **learner only** (``b``): the learner's compiled iteration (``record.actor_learner``'s
+  ``learn`` with its key and the params it publishes, donating its state, as the run
+  calls it) called again and again on one pre-made block (Ape-X: after
   ``learning_starts``, so every call makes its updates); updates/s, and the env steps/s
   it could absorb (updates/s x block steps).
 * **lock-step bridge**: ``runner.run`` of the algorithm's one compiled program (collect,
@@ -39,14 +40,14 @@ Rows, for each algorithm and env id:
   policy lag and the actors' idle fraction (blocked on a full queue) over those chunks.
 * **central inference, k actors** (``--central-actors``): the same with
   ``ActorOptions(central_inference=True)``: actors only step their envs, one batched
-  policy call on the learner's device answers them (host envs only: Gymnasium).
+  policy call on the learner's device answers them.
 * **bounds** from ``a`` and ``b`` (seconds per env step): serial ``1 / (a + b)``, what
   lock-step should be; perfect overlap ``1 / max(a, b)``, the most one actor beside the
   learner can give. k actors can do better only where their env steps run in parallel
   (envpool's C++ threads, processes), not Python envs under one GIL.
 
 **Time to solve** (``--solve N``): N seeds of the lock-step program, of the decoupled run
-with 2 actors and (host envs) with central inference, each stopping when its evaluation
+with 2 actors and with central inference, each stopping when its evaluation
 reaches the algorithm's threshold (IMPALA and Ape-X 200, APPO 450, within the budgets of
 tests/test_actor_learner.py's learning tests: 100k, 80k, 100k env steps; 10 evaluations):
 solved runs, median wall seconds to the stop (compile and run), median env steps.
@@ -270,30 +271,34 @@ def actor_block(jax, case: Case, args) -> dict:
 
 
 def learner_only(jax, case: Case, args, block) -> dict:
-    """The learner's compiled ``learn`` again and again on one block, on the learner's devices."""
+    """The learner's compiled iteration (as ``actor_learner.run`` calls it: ``learn``, its
+    key and the params it publishes) again and again on one block, on the learner's devices."""
+    import numpy as np
+
+    from jaxrl import algorithms
     from jaxrl.workflow import actor_learner
 
     if block is None:
         raise RuntimeError("no block to learn from: the actor-block row failed")
-    parts, config = case.parts, case.prepared
+    config = case.prepared
     placement, place_block = actor_learner._learner_placement(case.learner_options)
-    learn = jax.jit(functools.partial(parts.learn, config=config), donate_argnums=0)
+    programs = actor_learner._LearnerPrograms(algorithms.get(case.algorithm), config)
     key = jax.random.key(args.seed)
     block = place_block(block)
-    holder = {"state": jax.device_put(jax.jit(functools.partial(parts.learner_init, config=config))(key), placement)}
+    holder = {"state": jax.device_put(programs.init(key), placement)}
     start = time.perf_counter()
-    compiled = learn.lower(holder["state"], block, key).compile()
+    compiled = programs.compiled_iteration(holder["state"], block, key)
     compile_s = time.perf_counter() - start
     # Ape-X: fill replay to learning_starts first, so that every timed call makes its updates.
     warm_up = -(-getattr(config, "learning_starts", 0) // case.block_steps) + 1
     for i in range(warm_up):
-        holder["state"], _ = compiled(holder["state"], block, jax.random.fold_in(key, i))
+        holder["state"], *_ = compiled(holder["state"], block, key, np.int32(i))
     jax.block_until_ready(holder["state"])
     num_blocks = args.steps // case.block_steps
 
     def run():
         for i in range(num_blocks):
-            holder["state"], _ = compiled(holder["state"], block, jax.random.fold_in(key, i))
+            holder["state"], *_ = compiled(holder["state"], block, key, np.int32(i))
         jax.block_until_ready(holder["state"])
 
     best, times, others = timed(run, args.runs)
@@ -370,8 +375,8 @@ def decoupled(jax, case: Case, args, actors: int, central: bool = False) -> dict
 
 def time_to_solve(jax, case: Case, args) -> list[dict]:
     """``--solve`` seeds of the lock-step program, the decoupled run with 2 actors and
-    (host envs) central inference, each stopping at :data:`SOLVE`'s threshold: a row per
-    run (``kind`` "solve")."""
+    central inference (unless ``--central-actors`` is empty), each stopping at
+    :data:`SOLVE`'s threshold: a row per run (``kind`` "solve")."""
     import numpy as np
 
     from jaxrl.workflow import actor_learner, runner
@@ -380,7 +385,7 @@ def time_to_solve(jax, case: Case, args) -> list[dict]:
     config = case.config.replace(total_timesteps=budget, num_evals=10)
     place = dict(learner_devices=args.learner_devices, actor_platform=args.actor_platform, queue_size=args.queue_size)
     modes = {"lock-step": None, "decoupled-2": actor_learner.ActorOptions(actors=2, **place)}
-    if case.env_id.startswith("gymnasium:"):
+    if args.central_actors:
         modes["central-2"] = actor_learner.ActorOptions(actors=2, central_inference=True, **place)
     rows = []
     for mode, options in modes.items():
@@ -450,9 +455,8 @@ def measure_case(jax, case: Case, args) -> list[dict]:
     lock_row = measure("lock-step", lock_step)
     for actors in args.actors:
         measure(f"decoupled-{actors}", decoupled, actors, actors=actors)
-    if case.env_id.startswith("gymnasium:"):  # central inference answers host actors
-        for actors in args.central_actors:
-            measure(f"central-{actors}", decoupled, actors, True, actors=actors)
+    for actors in args.central_actors:
+        measure(f"central-{actors}", decoupled, actors, True, actors=actors)
     if "error" not in actor_row and "error" not in learner_row:
         rows += [{**key, **bound} for bound in overlap_bounds(actor_row, learner_row)]
     if args.solve:
@@ -645,7 +649,7 @@ def main(argv=None) -> int:
         type=int,
         nargs="*",
         default=[2],
-        help="actor counts of the central-inference rows, Gymnasium envs only (default: 2; none: no such rows)",
+        help="actor counts of the central-inference rows (default: 2; none: no such rows)",
     )
     parser.add_argument("--network", help="the algorithms' network (e.g. nature_cnn for Atari frames)")
     parser.add_argument(

@@ -1,8 +1,8 @@
 """Actors and a learner apart (jaxrl.workflow.actor_learner): the queue and the parameter
 store, V-trace on blocks collected with stale params, the reproducible test mode, central
 inference answering each actor from its own observations and memory, actor faults and
-restarts, shutdown, and IMPALA, Ape-X DQN and APPO learning CartPole through Gymnasium
-with two actors (IMPALA also with central inference)."""
+restarts, shutdown, and IMPALA, Ape-X DQN and APPO (with central inference) learning
+CartPole through Gymnasium with two actors."""
 
 import dataclasses
 import os
@@ -355,7 +355,7 @@ def test_a_stop_signal_checkpoints_joins_the_actors_and_the_run_resumes(tmp_path
     np.testing.assert_array_equal(resumed.iterations, np.arange(1, 41))  # the first chunk's rows kept
     assert resumed.metrics["timesteps"][0, -1] == 40 * 4 * 8  # the learner's count went on from the checkpoint
     idle = resumed.metrics["actor_idle_fraction"]  # over each chunk and the saving after the one before
-    assert np.all((idle >= 0) & (idle <= 1)) and np.all(resumed.metrics["actor_steps_per_second"] > 0)
+    assert np.all((idle >= 0) & (idle <= 1 + 1e-9)) and np.all(resumed.metrics["actor_steps_per_second"] > 0)
 
 
 # ----------------------------------------------------------------------------- faults
@@ -449,20 +449,11 @@ def test_apex_learns_cartpole_through_gymnasium_with_two_actors():
 
 @pytest.mark.learns
 @pytest.mark.optimised
-def test_appo_learns_cartpole_through_gymnasium_with_two_actors():
-    """APPO's defaults (PPO's: 4 envs x 128 steps a block, 4 epochs of 4 minibatches),
-    two actors, 100k steps: an evaluation of >= 450 in 3 of 4 runs (measured:
-    benchmarks/RESULTS.md, "Actors apart from the learner")."""
-    best = runs_that_learn("appo", appo.Config(env_id="gymnasium:CartPole-v1", total_timesteps=100_000), 450.0)
+def test_appo_learns_cartpole_through_gymnasium_with_central_inference():
+    """APPO's defaults (PPO's: 4 envs x 128 steps a block, 4 epochs of 4 minibatches), two
+    actors that only step their envs and one batched policy call answering both, 100k
+    steps: an evaluation of >= 450 in 3 of 4 runs (measured: benchmarks/RESULTS.md,
+    "Actors apart from the learner")."""
+    config = appo.Config(env_id="gymnasium:CartPole-v1", total_timesteps=100_000)
+    best = runs_that_learn("appo", config, 450.0, central_inference=True)
     assert sum(b >= 450.0 for b in best) >= 3, best
-
-
-@pytest.mark.learns
-@pytest.mark.optimised
-def test_impala_learns_cartpole_through_gymnasium_with_central_inference():
-    """IMPALA's defaults, two actors that only step their envs, one batched policy call
-    answering both, 150k steps: an evaluation of >= 200 in 3 of 4 runs (measured:
-    benchmarks/RESULTS.md, "Actors apart from the learner")."""
-    config = impala.Config(env_id="gymnasium:CartPole-v1", total_timesteps=150_000)
-    best = runs_that_learn("impala", config, 200.0, central_inference=True)
-    assert sum(b >= 200.0 for b in best) >= 3, best

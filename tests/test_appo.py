@@ -76,6 +76,9 @@ def test_targets_are_vtrace_of_the_learners_policy_over_the_behaviours(seed, rho
 
 
 def test_lock_step_actors_act_with_the_params_of_policy_lag_updates_ago():
+    """After 3 updates with ``policy_lag=2`` the queue holds the params before updates 2
+    and 3 (oldest first), and the next rollout's behaviour log-probabilities are those of
+    the oldest: the params of 2 updates ago."""
     config = SMALL.replace(policy_lag=2)
     state = appo.init(jax.random.key(0), config)
     history = [state.params]
@@ -84,11 +87,14 @@ def test_lock_step_actors_act_with_the_params_of_policy_lag_updates_ago():
         state, metrics = step(state, jax.random.key(i))
         history.append(state.params)
         assert np.isfinite(metrics["policy_loss"])
-    # After 3 updates the queue holds the params before updates 2 and 3 (oldest first).
-    for queued, expected in zip(jax.tree.leaves(state.lagged_params), jax.tree.leaves(history[1])):
-        np.testing.assert_array_equal(queued[0], expected)
-    for queued, expected in zip(jax.tree.leaves(state.lagged_params), jax.tree.leaves(history[2])):
-        np.testing.assert_array_equal(queued[1], expected)
+    for slot, params in enumerate(history[1:3]):
+        for queued, expected in zip(jax.tree.leaves(state.lagged_params), jax.tree.leaves(params)):
+            np.testing.assert_array_equal(queued[slot], expected)
+    _, trajectory = jax.jit(lambda state, key: appo.learner.collect(state, key, config))(state, jax.random.key(9))
+    for params, acted in ((history[1], True), (history[3], False)):
+        distribution, _ = onpolicy.trajectory_policy_and_value(params, trajectory, config)
+        log_prob = np.asarray(distribution.log_prob(trajectory.action))
+        assert np.allclose(log_prob, trajectory.extras["log_prob"], rtol=1e-5, atol=1e-6) == acted
 
 
 @pytest.mark.parametrize(

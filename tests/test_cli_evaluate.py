@@ -95,7 +95,7 @@ def logged_eval_returns(run_dir, up_to: int | None = None) -> list[float]:
 # ----------------------------------------------------------------------------- evaluate
 
 
-def test_evaluate_repeats_the_runs_final_evaluation_exactly(ppo_run, tmp_path, capsys):
+def test_evaluate_repeats_the_runs_final_evaluation(ppo_run, tmp_path, capsys):
     result = evaluate(ppo_run, tmp_path)
     out = capsys.readouterr().out
     assert "checkpoint at iteration 64 of 64" in out and "the keys of iteration 64's evaluation" in out

@@ -189,15 +189,22 @@ def test_a_resumed_envpool_run_continues_with_fresh_episodes_and_says_so(tmp_pat
 
 
 def test_impala_with_actors_apart_steps_one_envpool_per_actor():
-    """Each actor's reset makes its own envpool (an env state names its reset), so two
-    actors step two envpools beside the learner; the learner's evaluation a third."""
+    """Each actor steps an envpool of its own from Python (seeded from its key, so the two
+    actors' first observations differ), beside the learner; with central inference too."""
     from jaxrl.algorithms import impala
     from jaxrl.workflow import actor_learner
 
     config = impala.Config(
         env_id="envpool:CartPole-v1", num_envs=4, num_steps=8, total_timesteps=4 * 8 * 30, num_evals=1
     )
+    programs = actor_learner.ActorPrograms(impala.ACTOR_LEARNER, impala.actor_learner_config(config), 2)
+    first = [programs.actor(a, jax.devices()[0], jax.random.key(a)) for a in range(2)]
+    assert not np.array_equal(first[0].obs, first[1].obs)
+    for actor in first:
+        actor.close()
     result = actor_learner.run("impala", config, actors=2)
     assert result.completed == 30 and result.restarts == 0
     assert all(steps > 0 for steps in result.actor_steps) and sum(result.actor_steps) >= 30 * 4 * 8
     assert np.isfinite(result.metrics["eval_return"][0, -1])
+    options = actor_learner.ActorOptions(actors=2, central_inference=True)
+    assert actor_learner.run("impala", config, actors=options).completed == 30

@@ -229,6 +229,11 @@ class EnvpoolEnv:
                 _POOLS[key] = _Pool(self.task, self.kwargs, num_envs, self.seed)
             return _POOLS[key]
 
+    def host_vector_env(self, num_envs: int, seed: int) -> HostVectorEnv:
+        """An envpool of ``num_envs`` envs stepped from Python through its own API (an
+        actor's envs, :mod:`jaxrl.workflow.actor_learner`), seeded from ``seed``."""
+        return HostVectorEnv(self, num_envs, seed)
+
     def _obs_struct(self, batch: int):
         return jax.ShapeDtypeStruct((batch,) + self._envpool_obs_shape, self._observation_space.dtype)
 
@@ -287,6 +292,43 @@ class EnvpoolEnv:
             "valid": ~state.resetting,
         }
         return obs, state.replace(handle=handle, resetting=done), reward, terminated, truncated, info
+
+
+class HostVectorEnv:
+    """An envpool stepped from Python (its C++ threads step the envs without the GIL),
+    with :class:`EnvpoolEnv`'s conventions in NumPy: :meth:`step` gives ``(obs, reward,
+    terminated, truncated, final_obs, valid)``, ``final_obs`` the observation (the last
+    one where an episode ended) and ``valid`` False at envpool's reset step after it."""
+
+    padding_steps = True
+
+    def __init__(self, env: EnvpoolEnv, num_envs: int, seed: int):
+        envpool = require_envpool()
+        self.env, self.num_envs = env, num_envs
+        self.pool = envpool.make(
+            env.task, env_type="gymnasium", num_envs=num_envs, batch_size=num_envs, seed=seed % 2**31, **env.kwargs
+        )
+        self.resetting = np.zeros(num_envs, bool)
+
+    def _obs(self, obs):
+        return np.moveaxis(obs, 1, -1) if self.env.channels_last else obs
+
+    def reset(self):
+        obs, info = self.pool.reset()
+        self.resetting[:] = False
+        return self._obs(np.asarray(obs)[np.argsort(np.asarray(info["env_id"]))])
+
+    def step(self, action: np.ndarray):
+        obs, reward, terminated, truncated, info = self.pool.step(np.asarray(action), np.arange(self.num_envs))
+        order = np.argsort(np.asarray(info["env_id"]))
+        obs, reward, terminated, truncated = (np.asarray(x)[order] for x in (obs, reward, terminated, truncated))
+        valid = ~self.resetting
+        self.resetting = terminated | truncated
+        obs = self._obs(obs)
+        return obs, reward.astype(np.float32), terminated, truncated, obs, valid
+
+    def close(self) -> None:
+        self.pool.close()
 
 
 def make(name: str, channels_last: bool = False, **kwargs):

@@ -210,22 +210,16 @@ class BlockQueue:
     def __init__(self, size: int):
         self._queue: queue.Queue = queue.Queue(size)
 
-    def put(self, block: Block, stop: threading.Event, waiting=None) -> float | None:
+    def put(self, block: Block, stop: threading.Event) -> float | None:
         """Put ``block``; returns the seconds it waited for room, or None if ``stop``
-        was set before there was any. ``waiting(seconds)``, if given, hears of the wait
-        as it goes, at most 50 ms at a time."""
-        start = last = time.perf_counter()
+        was set before there was any."""
+        start = time.perf_counter()
         while not stop.is_set():
             try:
                 self._queue.put(block, timeout=0.05)
                 return time.perf_counter() - start
             except queue.Full:
                 continue
-            finally:
-                if waiting is not None:
-                    now = time.perf_counter()
-                    waiting(now - last)
-                    last = now
         return None
 
     def get(self, timeout: float) -> Block | None:
@@ -275,7 +269,8 @@ class Pipeline:
         self.restarts = 0
         self.failures: list[str] = []
         self.steps = [0] * options.actors  # env steps each actor has put on the queue
-        self.idle_seconds = [0.0] * options.actors
+        self.idle_seconds = [0.0] * options.actors  # seconds each actor waited for room in the queue
+        self._waiting_since: list[float | None] = [None] * options.actors
         num_actors = options.actors
         devices = jax.devices()
         rest = jax.devices(options.actor_platform) if options.actor_platform else devices[options.learner_devices :]
@@ -367,9 +362,13 @@ class Pipeline:
 
     # -------------------------------------------------------------------- an actor
 
-    def _idle(self, actor: int, seconds: float) -> None:
+    def counts(self) -> tuple[float, int, float]:
+        """``(now, env steps, idle seconds)`` of all actors so far, a wait still going on
+        counted up to now: differences between two calls give a window's rates."""
         with self._lock:
-            self.idle_seconds[actor] += seconds
+            now = time.perf_counter()
+            waiting = sum(now - since for since in self._waiting_since if since is not None)
+            return now, sum(self.steps), sum(self.idle_seconds) + waiting
 
     def _pull(self, sequence: int):
         if self.options.fixed_lag is None:
@@ -397,10 +396,15 @@ class Pipeline:
                     data = jax.block_until_ready(actor_envs.block(cached[1], sequence))
                     version = getattr(actor_envs, "block_version", version)  # central inference: the server's
                     block = Block(actor, sequence, version, data, self.block_steps, time.perf_counter() - start)
-                    if self._queue.put(block, self._stop, functools.partial(self._idle, actor)) is None:
-                        return
                     with self._lock:
+                        self._waiting_since[actor] = time.perf_counter()
+                    waited = self._queue.put(block, self._stop)
+                    with self._lock:
+                        self._waiting_since[actor] = None
+                        if waited is None:
+                            return
                         self.steps[actor] += self.block_steps
+                        self.idle_seconds[actor] += waited
                     sequence += 1
             except _Stopped:
                 return
@@ -456,12 +460,11 @@ class ActorState:
 class ActorPrograms:
     """What actors run, for one algorithm's parts, config (whose ``num_envs`` and
     ``num_steps`` make a block) and number of actors, compiled once for all of them: for
-    envs stepped in compiled code (JAX envs; envpool's XLA interface, which steps its C++
-    envs without Python) one compiled block (a scan of env and policy steps, then
-    ``finish``); for Python envs (those with a ``host_vector_env``: Gymnasium) one
-    compiled policy step, called from Python between the env's steps, then ``finish``:
-    inside a compiled block each of their steps would be a host callback, 3x slower
-    (benchmarks/RESULTS.md, "Actors apart from the learner").
+    envs in JAX one compiled block (a scan of env and policy steps, then ``finish``); for
+    host envs (those with a ``host_vector_env``: Gymnasium, envpool) one compiled policy
+    step, called from Python between the env's steps, then ``finish``: inside a compiled
+    block each of their steps would be a host callback, 3x slower. Each host actor's
+    envs are its own, seeded from its key and closed when it stops or restarts.
 
     A host actor's policy draws from ``unsafe_rbg`` keys (XLA's ``RngBitGenerator``),
     made from the run's keys once per block: on a CPU, threefry's random bits cost a
@@ -528,7 +531,7 @@ class ActorPrograms:
             keep = lambda new, old: jnp.where(present.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)  # noqa: E731
             return action, jax.tree.map(keep, stepped, carry), extras
 
-        self.init, self.init_fn = jax.jit(init), init
+        self.init = jax.jit(init)
         self.collect = jax.jit(collect, donate_argnums=0)
         self.block_key = jax.jit(block_key)
         self.step = jax.jit(step)
@@ -558,16 +561,13 @@ class ActorPrograms:
 
 
 class _CompiledActor:
-    """An actor of envs in compiled code (JAX envs, envpool's XLA interface): one
-    compiled block per call."""
+    """An actor of envs in JAX: one compiled block per call."""
 
     def __init__(self, programs: ActorPrograms, actor: int, device, key: jax.Array):
         self.programs = programs
         self.actor = jax.device_put(jnp.int32(actor), device)
         reset_key, self.key = jax.device_put(jax.random.split(key), device)
-        # Its own trace of the reset: an envpool belongs to the reset traced with it.
-        init = jax.jit(lambda key: programs.init_fn(key))
-        self.state = init(reset_key)
+        self.state = programs.init(reset_key)
 
     def block(self, params, sequence: int):
         self.state, block = self.programs.collect(self.state, params, self.key, np.int32(sequence), self.actor)
@@ -707,8 +707,8 @@ class InferenceServer:
     def _serve(self) -> None:
         programs = self.programs
         num_actors = programs.num_actors
-        carry = jax.device_put(programs.initial_carries(), self._device)
         try:
+            carry = jax.device_put(programs.initial_carries(), self._device)
             while True:
                 with self._condition:
                     while not self._requests and not self._stop.is_set():
@@ -905,8 +905,8 @@ def run(
                 pipeline.start(publish(state), version=start)
             # The actors' rates are over the time since the chunk before ended (they go on
             # while the runner logs and saves); the learner's over its own loop.
-            begin = time.perf_counter()
-            window_start, steps_before, idle_before = window or (begin, sum(pipeline.steps), sum(pipeline.idle_seconds))
+            before = tuple(window) or pipeline.counts()  # a copy: window changes below
+            learner_begin = time.perf_counter()
             learned, evaluations, pipeline_rows = [], {}, collections.defaultdict(list)
             for iteration in range(start, start + length):
                 waited = time.perf_counter()
@@ -934,15 +934,13 @@ def run(
             for row, (eval_return, eval_length) in evaluations.items():
                 rows["eval_return"][row], rows["eval_length"][row] = eval_return, eval_length
             rows.update({name: np.asarray(values) for name, values in pipeline_rows.items()})
-            end, steps, idle_seconds = time.perf_counter(), sum(pipeline.steps), sum(pipeline.idle_seconds)
-            window[:] = end, steps, idle_seconds
-            seconds, actor_seconds = end - begin, end - window_start
-            # Waits are counted in slices of at most 50 ms: one that began before the window can add that much.
-            idle = min(1.0, (idle_seconds - idle_before) / (actor_options.actors * actor_seconds))
+            window[:] = after = pipeline.counts()
+            actor_seconds, steps, idle = (b - a for a, b in zip(before, after))
+            seconds = after[0] - learner_begin
             per_chunk = {
-                "actor_steps_per_second": (steps - steps_before) / actor_seconds,
+                "actor_steps_per_second": steps / actor_seconds,
                 "learner_updates_per_second": length / seconds,
-                "actor_idle_fraction": idle,
+                "actor_idle_fraction": idle / (actor_options.actors * actor_seconds),
                 "actor_restarts": pipeline.restarts,
             }
             rows.update({name: np.full(length, value, np.float64) for name, value in per_chunk.items()})
