@@ -782,13 +782,16 @@ class _LearnerPrograms:
     def __init__(self, record, config):
         parts = record.actor_learner
 
+        def published(state):
+            return jax.tree.map(jnp.copy, parts.published(state))
+
         def iteration(state, block, run_key, number):
             state, metrics = parts.learn(state, block, learner_keys(run_key, number)[0], config)
-            return state, metrics, jax.tree.map(jnp.copy, parts.published(state))
+            return state, metrics, published(state)
 
         self.init = jax.jit(functools.partial(parts.learner_init, config=config))
         self.iteration = jax.jit(iteration, donate_argnums=0)
-        self.publish = jax.jit(lambda state: jax.tree.map(jnp.copy, parts.published(state)))
+        self.publish = jax.jit(published)
         self.evaluate = jax.jit(functools.partial(record.evaluate, config=config))
         self._compiled = {}
 
