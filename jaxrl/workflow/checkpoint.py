@@ -136,7 +136,7 @@ class Checkpoints:
             "host_envs": ocp.StandardCheckpointHandler(),
         }
         self._manager = ocp.CheckpointManager(self.directory, options=options, item_handlers=handlers)
-        self._failed = False  # a save failed: CheckpointSaveError said so
+        self._failed: int | None = None  # the step whose save failed: CheckpointSaveError said so
 
     def _step_dir(self, step: int) -> str:
         return os.path.join(self.directory, str(int(step)))
@@ -255,7 +255,7 @@ class Checkpoints:
                             thread.join(timeout=max(0.0, deadline - time.monotonic()))
                     raise
         except Exception as error:
-            self._failed = True  # close() then holds back what orbax logs of it again
+            self._failed = step  # close() then holds back what orbax logs of it again, and cleans up again
             _drop_reports_of_abandoned_writers()
             self._discard(step)
             if not _failed_write(error):  # not the disk's doing: a bug to see whole
@@ -277,13 +277,24 @@ class Checkpoints:
         """Delete ``step`` (a damaged one a resume skipped, which the run writes again)."""
         self._manager.delete(step)
 
-    def _discard(self, step: int) -> None:
-        """Remove what a failed save of ``step`` left: its temporary directory."""
+    def _discard(self, step: int, quiet: float = 1.0, timeout: float = 30.0) -> None:
+        """Remove what a failed save of ``step`` left: its temporary directory. A write
+        still in flight in tensorstore's own threads (no Python thread to wait for) can
+        make it again after it is gone, so it is removed until it has stayed gone for
+        ``quiet`` seconds (at most ``timeout``)."""
         with contextlib.suppress(Exception):
             self._manager.reload()
-        for name in os.listdir(self.directory):
-            if name.startswith(f"{step}.orbax-checkpoint-tmp"):
+        deadline, gone_since = time.monotonic() + timeout, None
+        while True:
+            left = [name for name in os.listdir(self.directory) if name.startswith(f"{step}.orbax-checkpoint-tmp")]
+            for name in left:
                 shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+            now = time.monotonic()
+            if left or gone_since is None:
+                gone_since = now
+            elif now - gone_since >= quiet or now > deadline:
+                return
+            time.sleep(0.05)
 
     def restore(self, template, step: int | None = None, *, expect_meta: dict | None = None):
         """Load ``step`` as a pytree shaped like ``template``; by default the newest step
@@ -349,11 +360,12 @@ class Checkpoints:
         return np.asarray(restored.host_envs["pickle"]).tobytes()
 
     def close(self) -> None:
-        if not self._failed:
+        if self._failed is None:
             self._manager.close()
             return
         with _orbax_errors_held(replay=False), contextlib.suppress(Exception):  # the failed save, told already
             self._manager.close()
+        self._discard(self._failed, quiet=0.2)  # what its last writes made, now that orbax has stopped
 
     def __enter__(self):
         return self
