@@ -367,7 +367,10 @@ def test_runner_checkpoints_and_resumes_exactly(tmp_path):
 
 
 def test_command_line_trains_mappo_on_mpe(tmp_path, capsys):
-    pytest.importorskip("jaxmarl")
+    from jaxrl.envs import jaxmarl as adapter
+
+    with adapter._quiet_stdout():  # jaxmarl's first import swaps sys.stdout (capsys's) for the real one
+        pytest.importorskip("jaxmarl")
     assert cli.make_config(get("mappo"), cli.build_parser().parse_args(COMMAND)) == runner_config()
     assert cli.main([*COMMAND, "--no-progress", "--no-cache", "--json", str(tmp_path / "summary.json")]) == 0
     assert f"mappo on {SPREAD}" in capsys.readouterr().out
