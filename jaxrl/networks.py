@@ -98,20 +98,23 @@ def flatten_observation(obs, obs_ndim) -> jax.Array:
 
 
 class MLP(nn.Module):
-    """Dense layers ``hidden_sizes`` with ``activation``; input ``[..., D]``, or any
-    observation :func:`flatten_observation` takes (``obs_ndim`` trailing dims, per leaf
-    for a pytree), output ``[..., hidden_sizes[-1]]``."""
+    """Dense layers ``hidden_sizes`` with ``activation`` (with ``layer_norm``, each
+    layer's output normalised before it); input ``[..., D]``, or any observation
+    :func:`flatten_observation` takes (``obs_ndim`` trailing dims, per leaf for a
+    pytree), output ``[..., hidden_sizes[-1]]``."""
 
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
     obs_ndim: int | OneHot | tuple = 1  # trailing observation dims to flatten (a tuple: one per leaf)
+    layer_norm: bool = False  # a LayerNorm between each dense layer and its activation (PQN's)
 
     @nn.compact
     def __call__(self, x):
         x = flatten_observation(x, self.obs_ndim)
         act = activation_fn(self.activation)
         for size in self.hidden_sizes:
-            x = act(nn.Dense(size, kernel_init=orthogonal(), bias_init=nn.initializers.zeros)(x))
+            x = nn.Dense(size, kernel_init=orthogonal(), bias_init=nn.initializers.zeros)(x)
+            x = act(nn.LayerNorm()(x) if self.layer_norm else x)
         return x
 
 
@@ -124,18 +127,26 @@ class MinAtarCNN(nn.Module):
     hidden_sizes: Sequence[int] = (128,)
     activation: str = "relu"
     obs_ndim: int | OneHot | tuple = 3
+    layer_norm: bool = False  # after the convolution and each dense layer, before the activation
 
     @nn.compact
     def __call__(self, obs):
-        features = image_features(obs, self.obs_ndim, minatar_conv(self.activation), scale_uint8=False)
-        return MLP(self.hidden_sizes, self.activation)(features)
+        conv = minatar_conv(self.activation, self.layer_norm)
+        features = image_features(obs, self.obs_ndim, conv, scale_uint8=False)
+        return MLP(self.hidden_sizes, self.activation, layer_norm=self.layer_norm)(features)
 
 
-def minatar_conv(activation: str):
+def minatar_conv(activation: str, layer_norm: bool = False):
     """MinAtar's image layer as a function for :func:`image_features`: a 3x3 convolution
-    with 16 filters, unpadded, then ``activation`` (built inside the calling module)."""
+    with 16 filters, unpadded, then (with ``layer_norm``) a LayerNorm over its output and
+    ``activation`` (built inside the calling module)."""
     act = activation_fn(activation)
-    return lambda x: act(nn.Conv(16, (3, 3), padding="VALID", kernel_init=orthogonal())(x))
+
+    def conv(x):
+        x = nn.Conv(16, (3, 3), padding="VALID", kernel_init=orthogonal())(x)
+        return act(nn.LayerNorm()(x) if layer_norm else x)  # over channels, as purejaxql's MinAtar PQN
+
+    return conv
 
 
 def image_features(obs, obs_ndim: int | OneHot | tuple, encode_image, scale_uint8: bool = True) -> jax.Array:
@@ -256,11 +267,12 @@ class PixelCNN(nn.Module):
     hidden_sizes: Sequence[int] = (512,)
     activation: str = "relu"
     obs_ndim: int | OneHot | tuple = 3
+    layer_norm: bool = False  # in the dense layers (the convolutions stay as published)
 
     @nn.compact
     def __call__(self, obs):
         features = ObservationEncoder(self.kind, self.activation, self.obs_ndim, name="encoder")(obs)
-        return MLP(self.hidden_sizes, self.activation)(features)
+        return MLP(self.hidden_sizes, self.activation, layer_norm=self.layer_norm)(features)
 
 
 NETWORKS = ("mlp", "cnn", "nature_cnn", "impala_cnn")
@@ -457,20 +469,40 @@ def require_network(config, spec, whole=None) -> None:
         whole(config, spec)
 
 
-def torso(kind: str | CustomTorso, hidden_sizes, activation: str, obs_ndim: int | OneHot | tuple) -> nn.Module:
+class NormalizedTorso(nn.Module):
+    """A user's torso with a LayerNorm over the features it returns (``layer_norm`` for
+    a torso whose layers jaxrl cannot reach)."""
+
+    torso: nn.Module
+
+    @nn.compact
+    def __call__(self, obs):
+        return nn.LayerNorm()(self.torso(obs))
+
+
+def torso(
+    kind: str | CustomTorso,
+    hidden_sizes,
+    activation: str,
+    obs_ndim: int | OneHot | tuple,
+    layer_norm: bool = False,
+) -> nn.Module:
     """The torso of a network choice (:data:`NETWORKS`): ``"mlp"`` (:class:`MLP`),
     ``"cnn"`` (:class:`MinAtarCNN`), ``"nature_cnn"`` / ``"impala_cnn"``
     (:class:`PixelCNN`), each ending with dense layers ``hidden_sizes`` (output ``[...,
     hidden_sizes[-1]]``); or a copy of a user's :class:`CustomTorso` (output ``[...,
-    features]``), made inside the calling module."""
+    features]``), made inside the calling module. ``layer_norm`` puts a LayerNorm before
+    each activation of a built-in torso (the MinAtar convolution's too; the pixel
+    encoders' convolutions stay as published) and after a user's torso
+    (:class:`NormalizedTorso`)."""
     if isinstance(kind, CustomTorso):
-        return kind.module.copy()
+        return NormalizedTorso(kind.module.copy()) if layer_norm else kind.module.copy()
     require_image_leaf(kind, obs_ndim)
     if kind == "mlp":
-        return MLP(tuple(hidden_sizes), activation, obs_ndim)
+        return MLP(tuple(hidden_sizes), activation, obs_ndim, layer_norm)
     if kind == "cnn":
-        return MinAtarCNN(tuple(hidden_sizes), activation, obs_ndim)
-    return PixelCNN(kind, tuple(hidden_sizes), activation, obs_ndim)
+        return MinAtarCNN(tuple(hidden_sizes), activation, obs_ndim, layer_norm)
+    return PixelCNN(kind, tuple(hidden_sizes), activation, obs_ndim, layer_norm)
 
 
 def torso_features(kind: str | CustomTorso, hidden_sizes) -> int:
@@ -735,6 +767,7 @@ class QNetwork(nn.Module):
     noisy_sigma: float = 0.5
     memory: str = "none"
     memory_size: int = 128
+    layer_norm: bool = False  # in the torso (:func:`torso`): PQN's
 
     def _heads(self) -> list[tuple[str, int]]:
         """``(name, features)`` of the head layers, in noise order."""
@@ -754,7 +787,7 @@ class QNetwork(nn.Module):
     @nn.compact
     def __call__(self, obs, deterministic: bool = False, noise: jax.Array | None = None, carry=(), reset=None):
         require_memory(self.memory)
-        x = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)(obs)
+        x = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim, self.layer_norm)(obs)
         if self.memory != "none":
             reset = jnp.zeros(x.shape[:2], bool) if reset is None else reset
             carry, x = RecurrentCore(self.memory, self.memory_size, name="core")(carry, x, reset)

@@ -86,6 +86,26 @@ def lambda_returns(
     return _reverse_scan(backward, v_next_t[-1], (r_t, v_next_t, not_terminated, continues))
 
 
+def q_lambda_targets(
+    r_t: Array, q_next_t: Array, terminated_t: Array, truncated_t: Array, gamma: float, lambda_: float
+) -> Array:
+    """Peng's Q(lambda) targets (Peng & Williams, 1996), as PQN trains on them (Gallici
+    et al., 2024, arXiv:2407.04811): :func:`lambda_returns` with the greedy value
+    ``max_a q_next_t`` as each step's bootstrap, so no trace is cut at exploratory actions.
+
+    ``G_t = r_t + gamma (1 - terminated_t) ((1 - lambda_) max_a q_next_t + lambda_ G_{t+1})``,
+    with ``G_{t+1}`` replaced by ``max_a q_next_t`` at a truncation and at the sequence end
+    (``q_next_t`` is then the value of the final observation).
+
+    Args: ``r_t``, ``terminated_t``, ``truncated_t`` ``[T, ...]``; ``q_next_t [T, ..., A]``
+    the action values of each step's next observation (before any auto-reset; forbidden
+    actions already at the lowest float); scalars may be traced. Returns ``[T, ...]``.
+    """
+    chex.assert_equal_shape_prefix([r_t, q_next_t], r_t.ndim)
+    chex.assert_rank(q_next_t, r_t.ndim + 1)
+    return lambda_returns(r_t, jnp.max(q_next_t, axis=-1), terminated_t, truncated_t, gamma, lambda_)
+
+
 def discounted_returns(r_t: Array, v_next_t: Array, terminated_t: Array, truncated_t: Array, gamma: float) -> Array:
     """Discounted Monte-Carlo returns ``G_t = r_t + gamma * (1 - terminated_t) G_{t+1}``,
     bootstrapping from ``v_next_t`` at truncations and at the sequence end (pass zeros

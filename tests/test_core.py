@@ -23,7 +23,7 @@ SMALL_NET = dict(hidden_sizes=(8,), num_evals=1, eval_episodes=2, num_reports=0)
 OFF_POLICY = dict(TINY, num_steps=1, batch_size=4, buffer_size=32, learning_starts=8)
 
 
-VARIANTS = [*algorithms.names(), "rainbow", "ppo-gru", "a2c-lstm"]
+VARIANTS = [*algorithms.names(), "rainbow", "ppo-gru", "a2c-lstm", "pqn-gru"]
 
 
 def variant(name: str):
@@ -35,7 +35,7 @@ def variant(name: str):
     config = tiny_config(algorithm)
     if memory:  # PPO's minibatches are then whole sequences: one per env
         config = config.replace(
-            memory=memory, memory_size=4, **({"num_minibatches": 2} if algorithm in ("ppo", "appo") else {})
+            memory=memory, memory_size=4, **({"num_minibatches": 2} if algorithm in ("ppo", "appo", "pqn") else {})
         )
     return algorithms.get(algorithm), config
 
@@ -43,7 +43,7 @@ def variant(name: str):
 def tiny_config(name: str):
     """A few iterations of ``name`` on a small network."""
     module = algorithms.get(name)
-    if name in ("ppo", "appo", "a2c", "impala", "ippo", "mappo"):
+    if name in ("ppo", "appo", "a2c", "impala", "ippo", "mappo", "pqn"):
         return module.Config(num_steps=8, **TINY)
     if name == "reinforce":
         return module.Config(env_kwargs={"max_steps_in_episode": 16}, **TINY)

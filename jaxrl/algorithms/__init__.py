@@ -30,6 +30,7 @@ BUILT_IN = {
         "reinforce",
         "impala",
         "appo",
+        "pqn",
         "dqn",
         "apex",
         "r2d2",
