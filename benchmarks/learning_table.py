@@ -146,6 +146,11 @@ ROWS = (
         for game in ("Asterix", "Breakout", "Freeway", "SpaceInvaders")
         for a in ("ppo", "dqn")
     ),
+    # PQN (tests/test_pqn.py solves CartPole at 200k); on MinAtar at what 2 cores train in
+    # about 20 minutes for 4 seeds (its CNN runs at 98% of the floor's speed here:
+    # benchmarks/throughput.py pqn-minatar), a tenth of purejaxql's 10M-step budget.
+    Row("pqn", "CartPole-v1", 200_000),
+    *(Row("pqn", f"{game}-MinAtar", 1_048_576) for game in ("Asterix", "Breakout", "Freeway", "SpaceInvaders")),
     # brax's default "generalized" backend (on "spring" a hand-set PD controller holds the
     # pendulum 91 steps, on "generalized" 1000), episodes cut at 200 steps. As a test, 4
     # seeds (key 42) ended at 200 and 8 others at 200 but one at 183.

@@ -14,7 +14,7 @@ persistent compilation cache off (``_harness``), the rows are:
 
 * ``jaxrl``: ``train`` at the entry's Config;
 * ``rejax``: the peer at the same settings, where rejax 0.1.3 has the algorithm (PPO, DQN,
-  SAC, TD3) and is installed (``--no-peers`` skips it);
+  SAC, TD3, PQN) and is installed (``--no-peers`` skips it);
 * ``floor``: the run's env steps and network passes with nothing else (``run_floor``),
   compiled by the same XLA: the ceiling any implementation of these settings could
   reach on this machine (``--no-floor`` skips it).
@@ -274,6 +274,79 @@ ENTRIES = {
             "heads). Evaluation: jaxrl greedy, rejax its own act (epsilon 0.005).",
         ),
     ),
+    # PQN at purejaxql's CartPole settings (config/alg/pqn_cartpole.yaml: 32 envs x 64
+    # steps, 4 epochs x 16 minibatches, LayerNorm, lambda 0.95, epsilon 1 -> 0.2 over a
+    # fifth of the run), in what rejax can also set: 64 x 64 layers (rejax's PQN fixes
+    # them; purejaxql: 256 x 256), no reward scale (rejax has none) and a constant
+    # learning rate (rejax's is).
+    "pqn": Entry(
+        "pqn",
+        "PQN on CartPole-v1 at purejaxql's CartPole settings",
+        "CartPole-v1",
+        budget=500_000,
+        quick=20_480,
+        config=dict(
+            num_envs=32,
+            num_steps=64,
+            num_epochs=4,
+            num_minibatches=16,
+            hidden_sizes=(64, 64),
+            activation="relu",
+            layer_norm=True,
+            learning_rate=1e-4,
+            anneal_lr=False,
+            gamma=0.99,
+            lambda_=0.95,
+            reward_scale=1.0,
+            max_grad_norm=10.0,  # NOT the same: rejax clips each gradient element (optax.clip)
+            **{"exploration.start": 1.0, "exploration.end": 0.2, "exploration.fraction": 0.2},
+        ),
+        peer="PQN",
+        peer_config=dict(
+            num_envs=32,
+            num_steps=64,
+            num_epochs=4,
+            num_minibatches=16,
+            # rejax's PQN builds its own network: 64 x 64, relu(LayerNorm(x)) activations
+            learning_rate=1e-4,
+            gamma=0.99,
+            td_lambda=0.95,
+            max_grad_norm=10.0,
+            eps_start=1.0,
+            eps_end=0.2,
+            exploration_fraction=0.2,
+        ),
+        notes=(
+            "Optimiser: jaxrl RAdam (purejaxql's) after global-norm clipping; rejax Adam after element-wise "
+            "clipping (optax.clip).",
+            "Time limits: rejax stops the Q(lambda) return at done = terminated or truncated; jaxrl bootstraps "
+            "truncated episodes from the final observation. Both take one forward pass over every next "
+            "observation (rejax during the rollout, jaxrl after it).",
+            "Initialisation: rejax flax defaults (lecun-normal kernels); jaxrl orthogonal. Evaluation: jaxrl "
+            "greedy, rejax its own act (epsilon 0.005).",
+        ),
+    ),
+    # PQN's MinAtar preset (purejaxql's config/alg/pqn_minatar.yaml, the MinAtar CNN with
+    # LayerNorm). No peer: rejax's PQN has no convolutional network.
+    "pqn-minatar": Entry(
+        "pqn",
+        "PQN on Breakout-MinAtar at its preset (purejaxql's MinAtar settings, the MinAtar CNN)",
+        "Breakout-MinAtar",
+        budget=262_144,
+        quick=8_192,
+        config=dict(
+            network="cnn",
+            hidden_sizes=(128,),
+            num_envs=128,
+            num_steps=32,
+            num_epochs=2,
+            num_minibatches=32,
+            learning_rate=5e-4,
+            lambda_=0.65,
+            reward_scale=1.0,
+            **{"exploration.end": 0.05, "exploration.fraction": 0.1},
+        ),
+    ),
     # SAC, TD3 and DDPG: the "sac" / "td3" sections of rejax's configs/gymnax/pendulum.yaml
     # (in the rejax repository, not the 0.1.3 wheel) plus the 0.1.3 code defaults they leave
     # unset ("code default"); DDPG: the section of the same file from when rejax had DDPG.
@@ -516,6 +589,7 @@ FLOORS = {
     "reinforce": "onpolicy",
     "impala": "onpolicy",
     "dqn": "dqn",
+    "pqn": "pqn",
     "sac": "sac",
     "ddpg": "ddpg",
     "td3": "ddpg",
@@ -553,7 +627,13 @@ def run_floor(jax, entry: Entry, seeds: int, args) -> dict:
     module, config = jaxrl_config(entry, args.quick)
     env, env_params = envs.make_config_env(config)  # multi-agent: the agents-as-a-batch-axis view
     spec = envs.config_spec(config)
-    passes = {"onpolicy": onpolicy_passes, "dqn": dqn_passes, "sac": sac_passes, "ddpg": ddpg_passes}
+    passes = {
+        "onpolicy": onpolicy_passes,
+        "dqn": dqn_passes,
+        "pqn": pqn_passes,
+        "sac": sac_passes,
+        "ddpg": ddpg_passes,
+    }
     family = importlib.import_module(f"jaxrl.algorithms.{FLOORS[entry.algorithm]}")  # its networks
     init, act, learn = passes[FLOORS[entry.algorithm]](jax, family, config, spec)
     env_step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
@@ -723,6 +803,37 @@ def dqn_passes(jax, module, config, spec):
 
     act = lambda params, obs, memory: (jnp.argmax(network.apply(params["online"], obs), axis=-1), jnp.zeros(()), memory)
     return init, act, updates(jax, config, critic_step, lambda params: params)
+
+
+def pqn_passes(jax, module, config, spec):
+    """PQN: the Q-network's forward pass at every step; per iteration its forward pass on
+    as many next observations (the Q(lambda) bootstrap), then ``num_epochs *
+    num_minibatches`` forward and backward passes on minibatches of the rollout."""
+    import jax.numpy as jnp
+
+    network = module.make_network(config)
+
+    def init(key, obs):
+        return network.init(key, obs[:1])
+
+    def act(params, obs, memory):
+        return jnp.argmax(network.apply(params, obs), axis=-1), jnp.zeros(()), memory
+
+    def learn(params, observed):
+        rows = observed[0].reshape((-1, *observed[0].shape[2:]))
+        bootstrap = jnp.max(network.apply(params, rows), axis=-1)
+        batches = rows.reshape((config.num_minibatches, -1, *rows.shape[1:]))
+
+        def epoch(params, _):
+            def minibatch(params, obs):
+                grads = jax.grad(lambda p: jnp.mean(jnp.square(network.apply(p, obs))))(params)
+                return tiny_sgd(jax, params, grads), None
+
+            return jax.lax.scan(minibatch, params, batches)[0], None
+
+        return jax.lax.scan(epoch, params, None, length=config.num_epochs)[0], jnp.mean(bootstrap)
+
+    return init, act, learn
 
 
 def sac_passes(jax, module, config, spec):
