@@ -735,6 +735,20 @@ class NoisyDense(nn.Module):
         return x @ w_mu + ((x * eps_in) @ w_sigma) * eps_out + bias
 
 
+class QuantileEmbedding(nn.Module):
+    """IQN's embedding of quantile fractions (Dabney et al., 2018, arXiv:1806.06923, eq.
+    4): ``phi(tau) = ReLU(Dense(cos(pi i tau), i = 0..embedding_dim-1))`` of ``features``
+    units. Takes ``taus [..., N]``, returns ``[..., N, features]``."""
+
+    embedding_dim: int
+    features: int
+
+    @nn.compact
+    def __call__(self, taus):
+        cosines = jnp.cos(jnp.pi * jnp.arange(self.embedding_dim, dtype=jnp.float32) * taus[..., None])
+        return nn.relu(nn.Dense(self.features, kernel_init=orthogonal(), name="dense")(cosines))
+
+
 class QNetwork(nn.Module):
     """Action values for discrete actions, with the DQN-family variants as fields.
 
@@ -754,6 +768,14 @@ class QNetwork(nn.Module):
     ``[T, B, *obs_shape]`` entered with ``carry`` (leaves ``[B, ...]``), ``reset [T, B]``
     (default none) marks the steps that begin an episode, and the call returns
     ``(out [T, B, ...], carry)`` with the carry after the last step.
+
+    Implicit quantiles (IQN; ``quantile_embedding = n > 0``, ``num_atoms`` 1): the call
+    takes quantile fractions ``taus [..., N]`` whose leading dims broadcast against the
+    observations' batch dims (``[N]`` shared by the batch, or one set per row); their
+    :class:`QuantileEmbedding` of ``n`` cosines multiplies the torso's (or the recurrent
+    core's) features elementwise, the head(s) map each product, and the output is the
+    pair ``(quantiles [..., num_actions, N], taus)`` that
+    :class:`jaxrl.value_heads.ImplicitQuantile` reads.
     """
 
     num_actions: int
@@ -768,6 +790,7 @@ class QNetwork(nn.Module):
     memory: str = "none"
     memory_size: int = 128
     layer_norm: bool = False  # in the torso (:func:`torso`): PQN's
+    quantile_embedding: int = 0  # IQN's cosine terms: the call takes taus (0: no quantile input)
 
     def _heads(self) -> list[tuple[str, int]]:
         """``(name, features)`` of the head layers, in noise order."""
@@ -785,12 +808,23 @@ class QNetwork(nn.Module):
         return sum(self._noise_sizes())
 
     @nn.compact
-    def __call__(self, obs, deterministic: bool = False, noise: jax.Array | None = None, carry=(), reset=None):
+    def __call__(
+        self, obs, deterministic: bool = False, noise: jax.Array | None = None, carry=(), reset=None, taus=None
+    ):
         require_memory(self.memory)
+        if (taus is None) != (self.quantile_embedding == 0) or (taus is not None and self.num_atoms != 1):
+            raise ValueError(
+                "QNetwork takes quantile fractions taus exactly when quantile_embedding > 0 (with num_atoms 1); "
+                f"quantile_embedding={self.quantile_embedding}, num_atoms={self.num_atoms}, "
+                f"taus given: {taus is not None}"
+            )
         x = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim, self.layer_norm)(obs)
         if self.memory != "none":
             reset = jnp.zeros(x.shape[:2], bool) if reset is None else reset
             carry, x = RecurrentCore(self.memory, self.memory_size, name="core")(carry, x, reset)
+        if taus is not None:  # [..., F] times phi(tau) [..., N, F]: the features at each fraction
+            embedding = QuantileEmbedding(self.quantile_embedding, x.shape[-1], name="quantile_embedding")
+            x = x[..., None, :] * embedding(taus)
         heads = self._heads()
         noise_slices = [None] * len(heads)
         if self.noisy and not deterministic:
@@ -810,6 +844,8 @@ class QNetwork(nn.Module):
             value = head(1).reshape(x.shape[:-1] + (1, self.num_atoms))
             out = value + out - out.mean(axis=-2, keepdims=True)
         out = out if self.num_atoms > 1 else out[..., 0]
+        if taus is not None:  # [..., N, A] -> the pair ([..., A, N], taus)
+            out = (jnp.moveaxis(out, -2, -1), taus)
         return out if self.memory == "none" else (out, carry)
 
 

@@ -145,7 +145,7 @@ def learner_init(key: jax.Array, config: Config) -> dqn.State:
     config.check_traced()
     params_key, _ = jax.random.split(key)
     obs = envs.config_spec(config).zeros((1,))
-    network_params = dqn.make_network(config).init({"params": params_key, "noise": params_key}, obs)
+    network_params = dqn.init_network(config, {"params": params_key, "noise": params_key}, obs)
     use_priorities = dqn.replay_part(config).use_priorities
     buffers = prioritized if use_priorities else replay
     buffer = buffers.init(example_transition(config), config.buffer_size, config.num_envs)

@@ -11,8 +11,12 @@ A Config composes three parts, each chosen once when the program is traced:
 
 * ``head`` (:mod:`jaxrl.value_heads`): what the network outputs per action and the TD
   loss on it: :class:`~jaxrl.value_heads.Scalar` (Huber or squared),
-  :class:`~jaxrl.value_heads.Rescaled` (R2D2's ``h(Q)``) or
-  :class:`~jaxrl.value_heads.Categorical` (C51, Bellemare et al., 2017);
+  :class:`~jaxrl.value_heads.Rescaled` (R2D2's ``h(Q)``),
+  :class:`~jaxrl.value_heads.Categorical` (C51, Bellemare et al., 2017),
+  :class:`~jaxrl.value_heads.Quantile` (QR-DQN, Dabney et al., 2017) or
+  :class:`~jaxrl.value_heads.ImplicitQuantile` (IQN, Dabney et al., 2018: the network
+  takes quantile fractions, which the head draws: ``acting_fractions`` /
+  ``learning_fractions``);
 * ``exploration`` (:mod:`jaxrl.exploration`): :class:`~jaxrl.exploration.EpsilonGreedy`,
   :class:`~jaxrl.exploration.ApeXEpsilons` (Ape-X's per-actor epsilons, Horgan et al.,
   2018) or :class:`~jaxrl.exploration.NoisyNets` (Fortunato et al., 2018);
@@ -20,7 +24,8 @@ A Config composes three parts, each chosen once when the program is traced:
   al., 2016), or None for uniform replay;
 
 and the switches ``double`` (van Hasselt et al., 2016), ``dueling`` (Wang et al., 2016)
-and ``n_step``. ``rainbow(env_id)`` turns them all on.
+and ``n_step``. ``rainbow(env_id)`` turns them all on; ``qr_dqn(env_id)`` and
+``iqn(env_id)`` are DQN's defaults with a quantile head.
 
 The family shares these pieces: :mod:`jaxrl.algorithms.r2d2` (a recurrent Q-network
 learning from prioritized sequence replay) and :mod:`jaxrl.algorithms.value_decomposition`
@@ -89,7 +94,7 @@ class QLearningConfig(offpolicy.ReplaySchedule):
     eval_episodes: int = static(10)
     num_reports: int = static(50)
     # --- parts (jaxrl.config.part): the class fixes the program, the numbers are traced
-    head: Any = value_heads.Scalar()  # Scalar, Rescaled or Categorical (C51); "scalar", "rescaled", "categorical"
+    head: Any = value_heads.Scalar()  # Scalar, Rescaled, Categorical (C51), Quantile (QR-DQN), ImplicitQuantile (IQN)
     exploration: Any = EpsilonGreedy()  # EpsilonGreedy, ApeXEpsilons or NoisyNets; "epsilon_greedy", "apex", "noisy"
     prioritized: Any = Prioritized()  # prioritized replay's settings, or None (uniform); True / False
     # --- traced hyper-parameters
@@ -181,10 +186,26 @@ RAINBOW = dict(
 )
 
 
+# QR-DQN (Dabney et al., 2017) and IQN (Dabney et al., 2018) as DQN's defaults (double,
+# dueling, 3-step, prioritized, epsilon-greedy) with their heads at their defaults.
+QR_DQN = dict(head=value_heads.Quantile())
+IQN = dict(head=value_heads.ImplicitQuantile())
+
+
 def rainbow(env_id: str = "CartPole-v1", **overrides) -> Config:
     """The Rainbow preset: every extension on (double, dueling, 3-step, prioritized, C51,
     noisy nets), on top of ``preset(env_id)``."""
     return algorithm.preset(env_id, **{**RAINBOW, **overrides})
+
+
+def qr_dqn(env_id: str = "CartPole-v1", **overrides) -> Config:
+    """QR-DQN: ``preset(env_id)`` with the :class:`~jaxrl.value_heads.Quantile` head."""
+    return algorithm.preset(env_id, **{**QR_DQN, **overrides})
+
+
+def iqn(env_id: str = "CartPole-v1", **overrides) -> Config:
+    """IQN: ``preset(env_id)`` with the :class:`~jaxrl.value_heads.ImplicitQuantile` head."""
+    return algorithm.preset(env_id, **{**IQN, **overrides})
 
 
 def r2d2(env_id: str = "CartPole-v1", **overrides):
@@ -230,7 +251,14 @@ def replay_part(config: QLearningConfig) -> Prioritized | Uniform:
 def check_whole_network(config: QLearningConfig, spec) -> None:
     """A whole Q-network (:class:`jaxrl.networks.Whole`) is called ``network(obs) -> q``,
     feed-forward, its own head: ``[..., A]`` values, or ``[..., A, outputs]`` for a
-    distributional ``head``."""
+    distributional ``head``; not for a head that gives the network an input (IQN's
+    fractions)."""
+    if config.head.network_settings():
+        raise ValueError(
+            f"network: a whole network (jaxrl.networks.Whole) is called network(obs) -> q and cannot take the "
+            f"quantile fractions taus that head={type(config.head).__name__} feeds the network; give a torso "
+            "(network=...) and jaxrl builds IQN's embedding and heads, or use head=Quantile (QR-DQN)"
+        )
     noisy = bool(config.exploration.network_settings())
     memory = getattr(config, "memory", "none") != "none"  # R2D2's
     networks.refuse_head_options({"memory": memory, "dueling": config.dueling, "noisy exploration": noisy})
@@ -242,8 +270,9 @@ def check_whole_network(config: QLearningConfig, spec) -> None:
 
 def make_network(config: QLearningConfig, memory: str = "none", memory_size: int = 128) -> QNetwork:
     """The Q-network: ``head.outputs`` per action, dueling and (by the ``exploration``
-    part's :meth:`~jaxrl.exploration.NoisyNets.network_settings`) noisy as configured; a
-    recurrent core of ``memory_size`` units after the torso with ``memory`` (R2D2's)."""
+    part's :meth:`~jaxrl.exploration.NoisyNets.network_settings`) noisy as configured,
+    with the ``head``'s settings (IQN's quantile embedding); a recurrent core of
+    ``memory_size`` units after the torso with ``memory`` (R2D2's)."""
     spec = env_spec(config)
     if isinstance(config.network, networks.Whole):
         return networks.WholeQ(networks.user_module(config.network.network, spec))
@@ -258,7 +287,22 @@ def make_network(config: QLearningConfig, memory: str = "none", memory_size: int
         memory=memory,
         memory_size=memory_size,
         **config.exploration.network_settings(),
+        **config.head.network_settings(),
     )
+
+
+def network_inputs(taus: jax.Array | None) -> dict:
+    """The network call's extra inputs: ``{"taus": taus}`` for a head that draws
+    quantile fractions (:meth:`jaxrl.value_heads.ImplicitQuantile.acting_fractions`),
+    none for the others (``taus`` None)."""
+    return {} if taus is None else {"taus": taus}
+
+
+def init_network(config: QLearningConfig, rngs, obs, **recurrent):
+    """The Q-network's initial params from ``rngs`` on observations ``obs``, with the
+    ``head``'s deterministic acting fractions where it draws any."""
+    _, taus = config.head.acting_fractions(None)
+    return make_network(config).init(rngs, obs, **recurrent, **network_inputs(taus))
 
 
 def make_optimizer(config: QLearningConfig) -> optax.GradientTransformation:
@@ -304,7 +348,7 @@ def init(key: jax.Array, config: QLearningConfig) -> State:
     ``[N, A]`` for the agents of a multi-agent env, each agent its own replay lane)."""
     config.check_traced()
     rngs, obs, env_state = reset_envs(key, config)
-    network_params = make_network(config).init(rngs, jax.tree.map(lambda x: x[:1], obs))
+    network_params = init_network(config, rngs, jax.tree.map(lambda x: x[:1], obs))
     params = offpolicy.init_params({"network": network_params}, config)
     action = jax.eval_shape(lambda: act(params, obs, (), rngs["noise"], config, deterministic=True)[0])
     action = jnp.zeros(action.shape, action.dtype)
@@ -328,21 +372,26 @@ def draw_noise(key: jax.Array, config: QLearningConfig, shape: tuple = ()) -> ja
     return NoisyNets().draw(key, make_network(config), shape)
 
 
-def network_out(network: QNetwork, network_params, obs, noise: jax.Array | None, **recurrent):
-    """The network's output (Q-values ``[B, A]``; a head's ``[B, A, outputs]``);
-    ``noise`` is one draw of the ``exploration`` part (:meth:`jaxrl.exploration.NoisyNets.draw`),
-    or None for the noise-free network. ``recurrent``: R2D2's ``carry`` and ``reset``,
-    with which it returns ``(out, carry)``."""
+def network_out(network: QNetwork, network_params, obs, noise: jax.Array | None, taus=None, **recurrent):
+    """The network's output (Q-values ``[B, A]``; a head's ``[B, A, outputs]``; IQN's
+    pair ``(quantiles [B, A, N], taus)``); ``noise`` is one draw of the ``exploration``
+    part (:meth:`jaxrl.exploration.NoisyNets.draw`), or None for the noise-free network;
+    ``taus`` the quantile fractions ``[N]`` or ``[B, N]`` of a head that draws them
+    (None for the others). ``recurrent``: R2D2's ``carry`` and ``reset``, with which it
+    returns ``(out, carry)``."""
     if noise is not None:
-        return network.apply(network_params, obs, noise=noise, **recurrent)
-    return network.apply(network_params, obs, deterministic=True, **recurrent)
+        return network.apply(network_params, obs, noise=noise, **recurrent, **network_inputs(taus))
+    return network.apply(network_params, obs, deterministic=True, **recurrent, **network_inputs(taus))
 
 
 def acting_out(network: QNetwork, network_params, obs, config: QLearningConfig, noise_key=None, **recurrent):
     """:func:`network_out` at observations as the networks read them, with a fresh draw
-    of the ``exploration`` part's network noise from ``noise_key`` (none if None)."""
+    of the ``exploration`` part's network noise from ``noise_key`` (none if None) and,
+    for a head that draws quantile fractions, its acting fractions from ``noise_key``
+    (their midpoints if None: :meth:`jaxrl.value_heads.ImplicitQuantile.acting_fractions`)."""
+    noise_key, taus = config.head.acting_fractions(noise_key)
     noise = None if noise_key is None else config.exploration.draw(noise_key, network)
-    return network_out(network, network_params, obs, noise, **recurrent)
+    return network_out(network, network_params, obs, noise, taus, **recurrent)
 
 
 def q_values(params: dict, obs: jax.Array, config: QLearningConfig, noise_key: jax.Array | None = None) -> jax.Array:
@@ -454,13 +503,23 @@ def taken_and_next(network_params, target_params, batch: dict, key: jax.Array, c
 
     Noisy nets take one noise sample for the online network, at ``s`` and at ``s'``,
     and an independent one for the target network, as in Hessel et al.'s Rainbow, both
-    drawn from ``key``."""
+    drawn from ``key``.
+
+    A head that draws quantile fractions (IQN) first takes its share of ``key``
+    (:meth:`jaxrl.value_heads.ImplicitQuantile.learning_fractions`): fresh fractions per
+    sample for the online network at ``s`` (``N``), the target network at ``s'``
+    (``N'``), and the choice of the next action, whose own pass at ``s'`` averages
+    ``K`` fractions (the online network's with ``double``, else the target's), as in
+    Dabney et al. (2018)."""
     network, head = make_network(config), config.head
+    key, (online_taus, target_taus, choice_taus) = head.learning_fractions(key, batch["reward"].shape)
     online_noise, target_noise = config.exploration.draw(key, network, (2,))
-    out = head.at_action(network_out(network, network_params, batch["obs"], online_noise), batch["action"])
-    next_target = network_out(network, target_params, batch["next_obs"], target_noise)
+    out = head.at_action(network_out(network, network_params, batch["obs"], online_noise, online_taus), batch["action"])
+    next_target = network_out(network, target_params, batch["next_obs"], target_noise, target_taus)
     if config.double:  # the online network picks the next action, the target evaluates it
-        chooser = network_out(network, network_params, batch["next_obs"], online_noise)
+        chooser = network_out(network, network_params, batch["next_obs"], online_noise, choice_taus)
+    elif choice_taus is not None:  # the target network picks it at fractions of its own
+        chooser = network_out(network, target_params, batch["next_obs"], target_noise, choice_taus)
     else:
         chooser = next_target
     next_action = jnp.argmax(allowed(head.q_values(chooser), batch["next_obs"], config), axis=-1)
@@ -567,7 +626,8 @@ algorithm = learner.algorithm(
     Config,
     update,
     PRESETS,
-    variants={"rainbow": RAINBOW},
-    summary="Deep Q-networks with the Rainbow extensions (double, dueling, n-step, prioritized, C51, noisy)",
+    variants={"rainbow": RAINBOW, "qr_dqn": QR_DQN, "iqn": IQN},
+    summary="Deep Q-networks with the Rainbow extensions (double, dueling, n-step, prioritized, C51, noisy), "
+    "QR-DQN and IQN",
 )
 __getattr__ = algorithm.module_getattr(__name__)  # dqn.train, dqn.preset: the record's

@@ -7,7 +7,7 @@ It is :mod:`jaxrl.algorithms.value_decomposition` with the
 Q-network told each agent's one-hot id, replay stores each agent's transitions as its
 own lane (``buffer_size`` counts agent-transitions), and the loss is DQN's on
 agent-transitions, so ``double``, ``dueling``, ``n_step``, ``prioritized``, every
-``head`` (C51 included) and every ``exploration`` (noisy nets included) apply::
+``head`` (C51, QR-DQN and IQN included) and every ``exploration`` (noisy nets included) apply::
 
     config = iql.Config()  # MultiAgentClimbing-v0
     out = jax.jit(iql.train)(jax.random.key(0), config)

@@ -74,7 +74,8 @@ class Sum:
             raise ValueError(
                 f"VDN's mixer (Sum) sums the agents' Q-values and needs head=jaxrl.value_heads.Scalar, got "
                 f"head={head!r}: a sum of the agents' distributional (categorical) values is no distribution on "
-                "its support, and a sum of rescaled values h(Q_a) is not h(Q_tot)"
+                "its support, a sum of their quantiles is in general no quantile of the team's return, and a sum "
+                "of rescaled values h(Q_a) is not h(Q_tot)"
             )
 
     def values(self, head, out: jax.Array, next_out: jax.Array, batch: dict):
