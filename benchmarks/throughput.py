@@ -14,7 +14,7 @@ persistent compilation cache off (``_harness``), the rows are:
 
 * ``jaxrl``: ``train`` at the entry's Config;
 * ``rejax``: the peer at the same settings, where rejax 0.1.3 has the algorithm (PPO, DQN,
-  SAC, TD3, PQN) and is installed (``--no-peers`` skips it);
+  SAC, TD3, PQN, IQN) and is installed (``--no-peers`` skips it);
 * ``floor``: the run's env steps and network passes with nothing else (``run_floor``),
   compiled by the same XLA: the ceiling any implementation of these settings could
   reach on this machine (``--no-floor`` skips it).
@@ -345,6 +345,70 @@ ENTRIES = {
             lambda_=0.65,
             reward_scale=1.0,
             **{"exploration.end": 0.05, "exploration.fraction": 0.1},
+        ),
+    ),
+    # IQN: the "iqn" section of rejax's configs/gymnax/cartpole.yaml (in the rejax
+    # repository) with the replay shape of the DQN entry above (10 envs, 5 updates of 100
+    # per iteration; the yaml: one env, batches of 1), the paper's N = N' = 64 and K = 32,
+    # and 20,000 steps per seed: a paper-sized IQN update costs tens of milliseconds here.
+    "iqn": Entry(
+        "dqn",
+        "IQN on CartPole-v1 at rejax's CartPole settings (batches of 100)",
+        "CartPole-v1",
+        budget=20_000,
+        quick=6_000,
+        config=dict(
+            num_envs=10,
+            num_steps=1,
+            num_updates=5,
+            batch_size=100,
+            buffer_size=50_000,
+            learning_starts=5_010,  # rejax: fill_buffer 5,000 (see the DQN entry)
+            hidden_sizes=(64, 64),
+            activation="silu",
+            dueling=False,
+            double=True,  # rejax picks the next action with the online network
+            n_step=1,
+            prioritized=False,
+            target_update_period=5,  # rejax moves the target every iteration (5 updates)
+            tau=0.01,  # rejax polyak 0.99
+            head="iqn",
+            **{"head.num_online": 64, "head.num_target": 64, "head.num_acting": 32, "head.embedding_dim": 64},
+            learning_rate=3e-4,
+            anneal_lr=False,
+            max_grad_norm=10.0,  # NOT the same: rejax clips each gradient element (optax.clip)
+            gamma=0.99,
+            exploration="epsilon_greedy",
+            **{"exploration.start": 1.0, "exploration.end": 0.01, "exploration.fraction": 0.5},
+        ),
+        peer="IQN",
+        peer_config=dict(
+            agent_kwargs={"activation": "swish"},  # hidden_layer_sizes (64, 64): code default
+            num_envs=10,
+            buffer_size=50_000,
+            fill_buffer=5_000,
+            batch_size=100,
+            num_epochs=5,
+            num_tau_samples=64,
+            num_tau_prime_samples=64,
+            kappa=1.0,
+            learning_rate=3e-4,
+            max_grad_norm=10.0,
+            target_update_freq=1,
+            polyak=0.99,
+            eps_start=1.0,
+            eps_end=0.01,
+            exploration_fraction=0.5,
+            gamma=0.99,
+            normalize_observations=False,
+        ),
+        notes=(
+            "Network: rejax's IQN multiplies the torso by an embedding of as many cosines as its last layer (64) "
+            "and adds a 64-unit swish layer before the output; jaxrl's maps the product straight to the Q-values.",
+            "Target: rejax evaluates the next quantiles with the online network's params (its target network "
+            "is kept but not read by the loss); jaxrl with the target network's, as the paper.",
+            "Gradient clipping: rejax element-wise (optax.clip), jaxrl the global norm. Time limits: rejax stores "
+            "done = terminated or truncated; jaxrl bootstraps truncated episodes.",
         ),
     ),
     # SAC, TD3 and DDPG: the "sac" / "td3" sections of rejax's configs/gymnax/pendulum.yaml
@@ -786,22 +850,36 @@ def dqn_passes(jax, module, config, spec):
     import jax.numpy as jnp
 
     network, batch = module.make_network(config), random_batch(config, spec)
+    head = config.head
+    if head.network_settings():  # IQN: each pass at its fractions (online N, target N', choice and acting K)
+        fractions = {role: head.draw_fractions(None, role, (config.batch_size,)) for role in ("online", "target")}
+        fractions["acting"] = head.draw_fractions(None, "acting")
+
+        def apply(params, obs, role):
+            taus = fractions["acting"] if role == "choice" else fractions[role]
+            return jnp.mean(network.apply(params, obs, taus=taus)[0], axis=-1)
+    else:
+
+        def apply(params, obs, role):
+            return head.q_values(network.apply(params, obs))
 
     def init(key, obs):
-        online = network.init({"params": key, "noise": key}, obs[:1])
+        online = module.init_network(config, {"params": key, "noise": key}, obs[:1])
         return {"online": online, "target": online}
 
     def critic_step(params):
         def loss(online):  # the gradient must depend on every pass, or XLA drops the passes it does not need
-            next_q = network.apply(params["target"], batch["next_obs"])
+            next_q = apply(params["target"], batch["next_obs"], "target")
             if config.double:  # the online network picks the next action
-                next_q = next_q + network.apply(online, batch["next_obs"])
-            return jnp.mean(jnp.square(network.apply(online, batch["obs"]) - jax.lax.stop_gradient(next_q)))
+                next_q = next_q + apply(online, batch["next_obs"], "choice")
+            return jnp.mean(jnp.square(apply(online, batch["obs"], "online") - jax.lax.stop_gradient(next_q)))
 
         grads = jax.grad(loss)(params["online"])
         return {"online": tiny_sgd(jax, params["online"], grads), "target": tiny_sgd(jax, params["target"], grads)}
 
-    act = lambda params, obs, memory: (jnp.argmax(network.apply(params["online"], obs), axis=-1), jnp.zeros(()), memory)
+    def act(params, obs, memory):
+        return jnp.argmax(apply(params["online"], obs, "acting"), axis=-1), jnp.zeros(()), memory
+
     return init, act, updates(jax, config, critic_step, lambda params: params)
 
 

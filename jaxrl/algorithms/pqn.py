@@ -99,7 +99,8 @@ class Config:
                 f"sequence_length ({self.sequence_length}) must divide num_steps ({self.num_steps}): "
                 "each env's rollout is cut into whole sequences"
             )
-        rows = self.num_envs * self.num_steps // (self.sequence_length or self.num_steps if self.recurrent else 1)
+        length = (self.sequence_length or self.num_steps) if self.recurrent else 1  # steps per minibatch row
+        rows = self.num_envs * self.num_steps // length
         if rows % self.num_minibatches:
             what = "sequences (num_envs * num_steps / sequence_length)" if self.recurrent else "num_envs * num_steps"
             raise ValueError(f"num_minibatches ({self.num_minibatches}) must divide the rollout's {rows} {what}")
