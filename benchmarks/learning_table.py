@@ -48,8 +48,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _harness import add_common_arguments, fmt, measure_and_emit, measure_in_child, measure_plan, report  # noqa: E402
 
-from jaxrl.algorithms.dqn import RAINBOW  # noqa: E402  (a row's settings)
+from jaxrl.algorithms.dqn import RAINBOW  # noqa: E402  (rows' settings)
 from jaxrl.buffers.sequence import Windows  # noqa: E402
+from jaxrl.value_heads import ImplicitQuantile, Quantile  # noqa: E402
 
 EVALS, EVAL_EPISODES, BOOTSTRAP = 20, 32, 10_000
 
@@ -192,6 +193,26 @@ ROWS = (
     # Rainbow (dqn.rainbow: C51, noisy nets, prioritized, dueling, double, 3-step) at the
     # 70k steps of its former test, where trials ended >= 475 in 7 of 8 seeds of key 42.
     Row("dqn", "CartPole-v1", 70_000, settings=dict(RAINBOW)),
+    # QR-DQN and IQN at their tests' settings (tests/test_quantile_heads.py: DQN's defaults
+    # with a quantile head, 64 x 64 units, the learning rate annealed; IQN's head cut to 8
+    # fractions per pass and 32 cosines for a 2-core CPU).
+    Row(
+        "dqn",
+        "CartPole-v1",
+        100_000,
+        settings=dict(head=Quantile(num_quantiles=32), hidden_sizes=(64, 64), learning_rate=5e-3, anneal_lr=True),
+    ),
+    Row(
+        "dqn",
+        "CartPole-v1",
+        100_000,
+        settings=dict(
+            head=ImplicitQuantile(num_online=8, num_target=8, num_acting=8, embedding_dim=32),
+            hidden_sizes=(64, 64),
+            learning_rate=6e-3,
+            anneal_lr=True,
+        ),
+    ),
     Row("ddpg", "Pendulum-v1", 10_000),
     Row("sac", "CartPole-v1", 30_000, settings=dict(discrete=True)),
     # Recurrent SAC (its window and burn-in oracles and R2D2's memory chain stay): a 32-unit
