@@ -149,8 +149,8 @@ ROWS = (
         for a in ("ppo", "dqn")
     ),
     # PQN (tests/test_pqn.py solves CartPole at 200k); on MinAtar at what 2 cores train in
-    # about 20 minutes for 4 seeds (its CNN runs at 98% of the floor's speed here:
-    # benchmarks/throughput.py pqn-minatar), a tenth of purejaxql's 10M-step budget.
+    # about 20 minutes for 4 seeds, as its MinAtar CNN is the cost (benchmarks/RESULTS.md,
+    # "PQN and quantile heads"), a tenth of purejaxql's 10M-step budget.
     Row("pqn", "CartPole-v1", 200_000),
     *(Row("pqn", f"{game}-MinAtar", 1_048_576) for game in ("Asterix", "Breakout", "Freeway", "SpaceInvaders")),
     # brax's default "generalized" backend (on "spring" a hand-set PD controller holds the

@@ -350,8 +350,8 @@ ENTRIES = {
     # IQN: the "iqn" section of rejax's configs/gymnax/cartpole.yaml (in the rejax
     # repository) with the replay shape of the DQN entry above (10 envs, 5 updates of 100
     # per iteration; the yaml: one env, batches of 1), the paper's N = N' = 64 and K = 32,
-    # and 10,000 steps per seed (2,500 updates after 5,000 random steps): a paper-sized
-    # IQN update costs about 8 ms here.
+    # and 10,000 steps per seed (2,500 updates after 5,000 random steps), as a paper-sized
+    # IQN update is slow on a CPU.
     "iqn": Entry(
         "dqn",
         "IQN on CartPole-v1 at rejax's CartPole settings (batches of 100)",

@@ -32,7 +32,7 @@ import optax
 from flax import struct
 
 from jaxrl import envs, evaluation, loop, networks, optim, returns, rollout
-from jaxrl.algorithms import dqn, onpolicy, requirements
+from jaxrl.algorithms import dqn, offpolicy, onpolicy, requirements
 from jaxrl.algorithms.contract import Algorithm
 from jaxrl.config import (
     check_traced_parts,
@@ -240,10 +240,11 @@ def init(key: jax.Array, config: Config) -> State:
     obs, env_state = rollout.reset(env, env_params, env_key, config.num_envs)
     example = jax.tree.map(lambda x: x[:1], obs)
     carry = initial_carry(config, config.num_envs)
+    network = make_network(config)
     if config.recurrent:
-        network_params = make_network(config).init(params_key, add_time(example), carry=initial_carry(config, 1))
+        network_params = network.init(params_key, offpolicy.add_time(example), carry=initial_carry(config, 1))
     else:
-        network_params = make_network(config).init(params_key, example)
+        network_params = network.init(params_key, example)
     return State(
         params={"network": network_params},
         opt_state=make_optimizer(config).init(network_params),
@@ -255,11 +256,6 @@ def init(key: jax.Array, config: Config) -> State:
 
 
 # ----------------------------------------------------------------------------- acting
-
-
-def add_time(obs):
-    """Observations ``[B, ...]`` as a sequence of one step ``[1, B, ...]``."""
-    return jax.tree.map(lambda x: x[None], obs)
 
 
 def q_values(network_params, obs, config: Config, carry=(), reset=None):
@@ -280,7 +276,7 @@ def act(params: dict, obs, carry, key: jax.Array, config: Config, deterministic:
     probability ``epsilon`` (a scalar or ``[B]``; off if ``deterministic``) by a uniformly
     random allowed one (:func:`jaxrl.algorithms.dqn.epsilon_greedy`)."""
     if config.recurrent:
-        q, carry = q_values(params["network"], add_time(obs), config, carry)
+        q, carry = q_values(params["network"], offpolicy.add_time(obs), config, carry)
         q = q[0]
     else:
         q, carry = q_values(params["network"], obs, config, carry)
@@ -352,17 +348,8 @@ def minibatch_rows(trajectory: Trajectory, target: jax.Array, config: Config) ->
     batch = {"obs": trajectory.obs, "action": trajectory.action, "target": target}
     if trajectory.valid is not None:
         batch["valid"] = trajectory.valid
-    if not config.recurrent:
-        return jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), batch)
-    length = config.sequence_length or config.num_steps
-
-    def chunks(x):  # [T, N, ...] -> [N, T / L, L, ...] -> [N * T / L, L, ...]
-        x = jnp.swapaxes(x, 0, 1)
-        return x.reshape((-1, length) + x.shape[2:])
-
-    rows = jax.tree.map(chunks, {**batch, "reset": rollout.episode_starts(trajectory.done)})
-    rows["carry"] = jax.tree.map(lambda c: chunks(c)[:, 0], trajectory.extras["carry"])
-    return rows
+    # PPO's rows, chosen by ``memory``: transitions, or sequences entered with their carry
+    return onpolicy.data_path(config).minibatch_rows(batch, trajectory, config.sequence_length or config.num_steps)
 
 
 def rows_q_values(network_params, rows: dict, config: Config) -> jax.Array:
@@ -370,7 +357,7 @@ def rows_q_values(network_params, rows: dict, config: Config) -> jax.Array:
     ``[B, L, A]`` for sequences)."""
     if not config.recurrent:
         return q_values(network_params, rows["obs"], config)[0]
-    time_major = lambda x: jnp.swapaxes(x, 0, 1)  # noqa: E731
+    time_major = offpolicy.time_major
     obs = jax.tree.map(time_major, rows["obs"])
     return time_major(q_values(network_params, obs, config, rows["carry"], time_major(rows["reset"]))[0])
 
