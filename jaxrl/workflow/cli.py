@@ -4,7 +4,8 @@
 and, for a run saved with ``--logdir`` and ``--checkpoint-every``,
 ``python -m jaxrl evaluate RUN_DIR [--episodes N] [--sampled] [--video DIR]`` (its policies'
 returns; with no options, its own last evaluation again) and
-``python -m jaxrl record RUN_DIR --steps N --out data.npz`` (a dataset for ``train bc``).
+``python -m jaxrl record RUN_DIR --steps N --out data.npz`` (a dataset for ``train bc``; a
+mixture with ``--part RUN_DIR:0.7 --part random:0.3``).
 
 ``train``, ``sweep`` and ``pbt`` share the run options (:class:`jaxrl.workflow.options.RunOptions`):
 ``--logdir``, ``--loggers``, ``--chunks``, ``--checkpoint-every``, ``--resume`` and
@@ -277,11 +278,34 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     record = commands.add_parser(
         "record",
-        help="record a saved policy's transitions as a dataset for behaviour cloning",
-        description="Roll out one seed's policy from a checkpoint of a saved run and write its transitions as a "
-        ".npz dataset (jaxrl.data.save_dataset), the file `train bc --set dataset_path=...` learns from.",
+        help="record a dataset for offline learning: a saved policy's transitions, or a mixture of policies",
+        description="Roll out one seed's policy from a checkpoint of a saved run (RUN_DIR), or a mixture of parts "
+        "(--part, repeatable: saved runs' checkpoints and uniformly random actions, each with its share of the "
+        "transitions), and write the transitions as a .npz dataset (jaxrl.data.save_dataset) that says what it "
+        "holds: each part's policy, transitions and episode returns. `train bc --set dataset_path=...` learns "
+        "from it.",
     )
-    _add_saved_run_arguments(record)
+    _add_saved_run_arguments(record, optional=True)
+    record.add_argument(
+        "--part",
+        action="append",
+        default=[],
+        metavar="SOURCE[:SHARE]",
+        help="a part of a mixture (repeatable, instead of RUN_DIR): RUN_DIR, RUN_DIR@CHECKPOINT (latest, best or "
+        "a step) or random, with its share of the transitions, e.g. --part runs/ppo:0.7 --part random:0.3 (the "
+        "shares sum to 1; each is rounded to a multiple of --envs)",
+    )
+    record.add_argument(
+        "--env", default=None, help="the env, needed when every part is random (else the runs' env, which it must be)"
+    )
+    record.add_argument(
+        "--env-param",
+        type=_key_value,
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override an env parameter where every part is random (repeatable; saved runs bring their own)",
+    )
     record.add_argument("--steps", type=int, required=True, help="transitions to record (env steps over all envs)")
     record.add_argument("--out", required=True, metavar="PATH", help="the .npz dataset to write")
     record.add_argument("--envs", type=int, default=1, help="parallel envs; must divide --steps (default: 1)")
@@ -390,12 +414,18 @@ def _chunking(args, num_iterations: int, unit: int = 1) -> int:
     return unit * runner.default_chunk_iterations(units, min(args.chunks, units))
 
 
-def _add_saved_run_arguments(sub) -> None:
-    sub.add_argument("run_dir", metavar="RUN_DIR", help="a directory written by train --logdir --checkpoint-every")
+def _add_saved_run_arguments(sub, optional: bool = False) -> None:
+    sub.add_argument(
+        "run_dir",
+        metavar="RUN_DIR",
+        nargs="?" if optional else None,
+        help="a directory written by train --logdir --checkpoint-every",
+    )
     sub.add_argument(
         "--checkpoint",
         default="latest",
-        help="latest, best (highest evaluation return) or a step (iterations done) (default: %(default)s)",
+        help="latest, best (highest evaluation return) or a step (iterations done) (default: %(default)s)"
+        + ("; for each saved run without @CHECKPOINT" if optional else ""),
     )
     sub.add_argument("--no-cache", action="store_true", help="disable the persistent compilation cache")
 
@@ -947,32 +977,149 @@ def record_command(args) -> int:
             raise UsageError(f"{flag} must be >= 1, got {value}")
     if args.steps % args.envs:
         raise UsageError(f"--steps ({args.steps}) must be a multiple of --envs ({args.envs})")
-    run = _load_run(args)
-    if not 0 <= args.policy_seed < run.lanes:
-        raise UsageError(f"--policy-seed must be in [0, {run.lanes - 1}] (the run's seeds), got {args.policy_seed}")
+    if args.run_dir and args.part:
+        raise UsageError("give RUN_DIR or --part, not both (RUN_DIR is --part RUN_DIR:1)")
+    if not args.run_dir and not args.part:
+        raise UsageError("nothing to record: give RUN_DIR, or --part SOURCE:SHARE (repeatable)")
+    sources = [_record_part(text) for text in args.part] if args.part else [(args.run_dir, args.run_dir, None, 1.0)]
+    _checkpoint_choice(args.checkpoint)  # a bad default is an error even where every part names its own
+    try:  # the shares, before any checkpoint is restored
+        data.part_steps(
+            [data.Part(label, None, None, (), share) for label, _, _, share in sources], args.steps, args.envs
+        )
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    _use_compilation_cache(args)
+    runs = {}
+    for label, source, checkpoint, _ in sources:
+        if source != "random" and label not in runs:
+            runs[label] = _load_run_at(source, checkpoint or args.checkpoint)
+            if not 0 <= args.policy_seed < runs[label].lanes:
+                raise UsageError(
+                    f"--policy-seed must be in [0, {runs[label].lanes - 1}] (the seeds of {source}), "
+                    f"got {args.policy_seed}"
+                )
+    env_id, env_kwargs = _record_env(args, runs)
     mode = "sampled" if args.sampled else "deterministic"
-    print(_describe_run(run), flush=True)
-    print(
-        f"recording {args.steps:,} transitions of {_lane_name(run)} {args.policy_seed}'s {mode} policy "
-        f"from {args.envs} env(s) (compiling...)",
-        flush=True,
-    )
-    dataset = saved.record(
-        run,
-        jax.random.key(args.seed),
-        args.steps,
-        num_envs=args.envs,
-        lane=args.policy_seed,
-        deterministic=not args.sampled,
-    )
+    try:
+        parts = [
+            data.random_part(env_id, share, env_kwargs, name=label)
+            if source == "random"
+            else saved.part(
+                runs[label], share, args.envs, lane=args.policy_seed, deterministic=not args.sampled, name=label
+            )
+            for label, source, _, share in sources
+        ]
+    except ValueError as error:  # random actions on an unbounded Box
+        raise UsageError(str(error)) from None
+    steps = data.part_steps(parts, args.steps, args.envs)
+    if not args.part:
+        run = runs[args.run_dir]
+        print(_describe_run(run), flush=True)
+        print(
+            f"recording {args.steps:,} transitions of {_lane_name(run)} {args.policy_seed}'s {mode} policy "
+            f"from {args.envs} env(s) (compiling...)",
+            flush=True,
+        )
+    else:
+        print(f"recording {args.steps:,} transitions on {env_id} from {args.envs} env(s) (compiling...)", flush=True)
+        for (label, source, _, share), count in zip(sources, steps, strict=True):
+            if source == "random":
+                what = "uniformly random actions"
+            else:
+                run = runs[label]
+                what = f"{_lane_name(run)} {args.policy_seed}'s {mode} policy: {_describe_run(run)}"
+            print(f"  {label}: {count:,} transitions ({share:g}) of {what}", flush=True)
+    dataset = data.collect_mixture(parts, env_id, jax.random.key(args.seed), args.steps, args.envs, env_kwargs)
     data.save_dataset(args.out, dataset)
-    episodes = data.episode_metrics(dataset)
-    finished = int(episodes["episodes"])
-    mean = f", mean return {float(episodes['episode_return']):.1f}" if finished else ""
-    print(f"wrote {args.out}: {dataset.size:,} transitions, {finished} finished episode(s){mean}")
-    env_params = "".join(f" --env-param {k}={json.dumps(v)}" for k, v in run.config.env_kwargs)
-    print(f"clone it: python -m jaxrl train bc --env {run.env_id}{env_params} --set dataset_path={args.out}")
+    _print_dataset(args.out, data.describe(dataset))
+    env_params = "".join(f" --env-param {k}={json.dumps(v)}" for k, v in env_kwargs.items())
+    print(f"clone it: python -m jaxrl train bc --env {env_id}{env_params} --set dataset_path={args.out}")
     return 0
+
+
+def _record_part(text: str) -> tuple[str, str, str | None, float]:
+    """``--part SOURCE[:SHARE]`` -> ``(label, source, checkpoint, share)``: ``source`` a run
+    directory or ``random``, ``checkpoint`` from ``RUN_DIR@CHECKPOINT`` (None: --checkpoint)."""
+    label, colon, share_text = text.rpartition(":")
+    if not colon:
+        label, share_text = text, ""
+    share = 1.0
+    if share_text:
+        try:
+            share = float(share_text)
+        except ValueError:
+            raise UsageError(f"--part {text!r}: its share {share_text!r} is not a number (SOURCE:SHARE)") from None
+    if not label:
+        raise UsageError(f"--part {text!r}: name a run directory or random before the share")
+    source, checkpoint = label, None
+    head, at, tail = label.rpartition("@")
+    if at and head and (tail in ("latest", "best") or tail.isdigit()):
+        source, checkpoint = head, tail
+    return label, source, checkpoint, share
+
+
+def _load_run_at(run_dir: str, checkpoint: str):
+    """The saved run in ``run_dir`` at ``checkpoint`` (its text), or a UsageError saying why not."""
+    from jaxrl.workflow import saved
+
+    choice = _checkpoint_choice(checkpoint)
+    try:
+        return saved.load(run_dir, choice)
+    except (ValueError, OSError) as error:
+        raise UsageError(str(error)) from None
+
+
+def _record_env(args, runs: dict) -> tuple[str, dict]:
+    """``(env_id, env_kwargs)`` of a recording: the saved runs' (one env for all of them,
+    which --env / --env-param, if given, must be), else --env and --env-param."""
+    asked = {}
+    for name, text in args.env_param:
+        try:
+            asked[name] = json.loads(text)
+        except json.JSONDecodeError:
+            raise UsageError(f"cannot parse env parameter {name}={text!r}") from None
+    if not runs:
+        if args.env is None:
+            raise UsageError("--env is needed when every part is random (saved runs bring their env)")
+        return args.env, asked
+    (first_label, first), *others = runs.items()
+    env_id, env_kwargs = first.env_id, dict(first.config.env_kwargs)
+    for label, run in others:
+        if (run.env_id, dict(run.config.env_kwargs)) != (env_id, env_kwargs):
+            raise UsageError(
+                f"{label} ran on {run.env_id} {dict(run.config.env_kwargs)}, {first_label} on {env_id} "
+                f"{env_kwargs}: a dataset is recorded on one env"
+            )
+    if args.env is not None and args.env != env_id:
+        raise UsageError(f"--env {args.env} is not the env of {first_label} ({env_id})")
+    if args.env_param and asked != env_kwargs:
+        raise UsageError(f"--env-param {asked} is not the env parameters of {first_label} ({env_kwargs})")
+    return env_id, env_kwargs
+
+
+def _print_dataset(path: str, described: dict) -> None:
+    """The dataset's size, and its episode returns per part and over all (jaxrl.data.describe)."""
+    finished = described["episodes"]
+    mean = f", mean return {described['episode_return_mean']:.1f}" if finished else ""
+    print(f"wrote {path}: {described['transitions']:,} transitions, {finished} finished episode(s){mean}")
+
+    def returns(entry) -> str:
+        if not entry["episodes"]:
+            return "-"
+        return f"{entry['episode_return_mean']:.1f} ± {entry['episode_return_std']:.1f}"
+
+    rows = [(part["name"], part["transitions"], part["episodes"], returns(part)) for part in described["parts"]]
+    rows.append(("all", described["transitions"], finished, returns(described)))
+    width = max(len("part"), *(len(str(row[0])) for row in rows))
+    print(f"  {'part':<{width}}  {'transitions':>11}  {'episodes':>8}  return (mean ± std)")
+    for name, transitions, episodes, shown in rows:
+        print(f"  {name:<{width}}  {transitions:>11,}  {episodes:>8,}  {shown}")
+    if finished:
+        print(
+            f"  returns from {described['episode_return_min']:.1f} to {described['episode_return_max']:.1f}, "
+            f"mean episode length {described['episode_length_mean']:.1f}"
+        )
 
 
 def main(argv=None) -> int:

@@ -13,6 +13,8 @@ per seed, per setting and seed for a sweep, per member for :func:`jaxrl.workflow
     result = saved.evaluate(run, run.eval_keys())         # the run's final evaluation, again
     result.returns.mean(axis=1)                           # [lanes]
     dataset = saved.record(run, jax.random.key(0), num_steps=10_000, num_envs=10)
+    expert = saved.part(run, 0.7, num_envs=10)                        # a mixture's part
+    mixed = data.collect_mixture([expert, data.random_part(run.env_id, 0.3)], run.env_id, key, 10_000, 10)
     frames, episode_return, fps = saved.render_episode(run, lane=0)     # Gymnasium envs
 
 Errors a user can make (no ``run.json``, no checkpoints, an unknown step) are
@@ -307,6 +309,41 @@ def record(
         num_envs,
         env_kwargs=dict(run.config.env_kwargs),
         carry=run.record.initial_carry(run.config, num_envs),
+    )
+
+
+def part(
+    run: SavedRun,
+    proportion: float,
+    num_envs: int = 1,
+    lane: int = 0,
+    deterministic: bool = True,
+    name: str | None = None,
+) -> data.Part:
+    """Lane ``lane``'s policy as a part of a mixture (:func:`jaxrl.data.collect_mixture`
+    on the run's env, ``num_envs`` envs), named ``name`` (default: the run's directory).
+    Its ``policy``, stored in the dataset's metadata, says which: ``run_dir``,
+    ``algorithm``, ``checkpoint_step`` (iterations done), ``lane``, ``deterministic``, and
+    the checkpoint's ``timesteps`` (env steps) / ``updates`` where its state counts them."""
+    params = run.params(lane)
+    policy = {
+        "run_dir": os.path.abspath(run.logdir),
+        "algorithm": run.algorithm,
+        "checkpoint_step": int(run.step),
+        "lane": lane,
+        "deterministic": deterministic,
+    }
+    for counter in ("timesteps", "updates"):
+        value = getattr(run.state, counter, None)
+        if value is not None and np.ndim(value) == 1:
+            policy[counter] = int(np.asarray(value)[lane])
+    return data.Part(
+        name=run.logdir if name is None else name,
+        act_fn=functools.partial(run.record.act, config=run.config, deterministic=deterministic),
+        params=params,
+        carry=run.record.initial_carry(run.config, num_envs),
+        proportion=proportion,
+        policy=policy,
     )
 
 
