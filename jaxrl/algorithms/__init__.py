@@ -38,6 +38,7 @@ BUILT_IN = {
         "td3",
         "sac",
         "bc",
+        "td3_bc",
         "es",
         "alphazero",
         "ippo",

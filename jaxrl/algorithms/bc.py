@@ -31,7 +31,7 @@ import optax
 from flax import struct
 
 from jaxrl import data, envs, evaluation, loop, optim
-from jaxrl.algorithms import requirements
+from jaxrl.algorithms import offline, requirements
 from jaxrl.algorithms.contract import Algorithm
 from jaxrl.algorithms.offpolicy import initial_carry
 from jaxrl.config import freeze_mapping, require_choice, require_int, require_range, static
@@ -46,7 +46,7 @@ class Config:
     # --- static: environment and program structure
     env_id: str = static("CartPole-v1")
     env_kwargs: Any = static(())  # EnvParams overrides for evaluation
-    dataset_path: str = static("")  # .npz file train() loads when given no dataset
+    dataset_path: str = static("")  # file train() loads when given no dataset: .npz, D4RL / Minari HDF5 (data.load)
     num_updates: int = static(5_000)  # gradient steps (one per iteration)
     batch_size: int = static(256)
     loss: str = static("mse")  # continuous actions: "mse" or "gaussian"; discrete: cross-entropy
@@ -266,20 +266,8 @@ def program(config: Config) -> loop.Program:
         num_iterations=config.num_updates,
         counter="updates",
         budget=config.num_updates,
-        inputs=functools.partial(load_config_dataset, config),
+        inputs=functools.partial(offline.load_config_dataset, config, "bc"),
     )
-
-
-def load_config_dataset(config: Config) -> data.Dataset:
-    """The dataset at ``config.dataset_path`` (ValueError if unset, FileNotFoundError if missing)."""
-    if not config.dataset_path:
-        raise ValueError(
-            "bc.train needs a dataset: pass one, or set dataset_path to a file written by jaxrl.data.save_dataset"
-        )
-    try:
-        return data.load_dataset(config.dataset_path, config.env_id, config.env_kwargs)
-    except FileNotFoundError as error:
-        raise FileNotFoundError(f"dataset_path {config.dataset_path!r}: no such file") from error
 
 
 algorithm = Algorithm(

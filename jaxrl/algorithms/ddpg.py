@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -233,18 +234,33 @@ def actor_loss(actor_params, critic_params, batch: dict, config: Config) -> jax.
     return -jnp.mean(q_values(first, critic_in, policy(actor_params, actor_in, config), config, 1))
 
 
-def update(state: State, batch: dict, key: jax.Array, config: Config, update_actor: bool | jax.Array = True):
+def update(
+    state: State,
+    batch: dict,
+    key: jax.Array,
+    config: Config,
+    update_actor: bool | jax.Array = True,
+    actor_objective: Callable | None = None,
+):
     """One critic step on ``batch`` (:func:`jaxrl.algorithms.actor_critic.sample`'s:
     transitions, or with ``memory`` windows) and, if ``update_actor`` (a bool or a
     scalar; a ``lax.cond``), one actor step and the Polyak update of both targets.
-    Returns ``(state, metrics)``; ``actor_loss`` is NaN when the actor did not move."""
+    ``actor_objective`` replaces :func:`actor_loss` (same arguments; TD3+BC adds its
+    behaviour-cloning term). Returns ``(state, metrics)``; ``actor_loss`` is NaN when
+    the actor did not move."""
     optimizer = actor_critic.make_optimizer(config)
     target = critic_target(state.target_params, batch, key, config)
     critic_params, critic_opt, loss, q_mean = actor_critic.critic_step(state, critic_loss, target, batch, config)
 
     def actor_step(actor_params, actor_opt, target_params):
         actor_params, actor_opt, value, _ = optim.step(
-            optimizer, lambda *args: (actor_loss(*args), ()), actor_params, actor_opt, critic_params, batch, config
+            optimizer,
+            lambda *args: ((actor_objective or actor_loss)(*args), ()),
+            actor_params,
+            actor_opt,
+            critic_params,
+            batch,
+            config,
         )
         online = {"actor": actor_params, "critic": critic_params}
         return actor_params, actor_opt, offpolicy.polyak(target_params, online, config.tau), value
