@@ -882,6 +882,22 @@ class ContinuousQ(nn.Module):
         return nn.Dense(1, kernel_init=orthogonal(1.0))(x)[..., 0]
 
 
+class StateValue(nn.Module):
+    """``V(s)``: the ``network`` torso (:func:`torso`: ``hidden_sizes`` dense layers for
+    ``"mlp"``, convolutions then dense layers for a CNN choice, a user's torso as it is)
+    on the observation, then a linear output. Returns ``[...]``."""
+
+    hidden_sizes: Sequence[int] = (256, 256)
+    activation: str = "relu"
+    obs_ndim: int | OneHot | tuple = 1
+    network: str | CustomTorso = "mlp"
+
+    @nn.compact
+    def __call__(self, obs):
+        x = torso(self.network, self.hidden_sizes, self.activation, self.obs_ndim)(obs)
+        return nn.Dense(1, kernel_init=orthogonal(1.0))(x)[..., 0]
+
+
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 SDE_LOG_STD = "sde_log_std"  # the gSDE log-std parameter's name in every network that has one
 

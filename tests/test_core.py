@@ -77,30 +77,37 @@ def tiny_config(name: str):
             eval_episodes=1,
             num_reports=0,
         )
-    if name == "bc":
+    if name in FROM_DATASETS:  # their own default envs: CartPole-v1 (bc, discrete_cql) or Pendulum-v1
         return module.Config(
             num_updates=4, batch_size=4, hidden_sizes=(8,), num_evals=1, eval_episodes=1, num_reports=0
         )
     return module.Config(env_id="Pendulum-v1", **OFF_POLICY)
 
 
-def tiny_dataset() -> data.Dataset:
+# The algorithms that learn from a dataset (their programs' inputs), the rest from their env.
+FROM_DATASETS = ("bc", "td3_bc", "cql", "discrete_cql", "implicit_q")
+
+
+def tiny_dataset(env_id: str) -> data.Dataset:
+    """16 random transitions shaped for ``env_id`` (CartPole-v1's or Pendulum-v1's)."""
     rng = np.random.default_rng(0)
+    discrete = env_id == "CartPole-v1"
+    obs_dim = 4 if discrete else 3
     return data.Dataset(
-        obs=rng.normal(size=(16, 4)).astype(np.float32),
-        action=rng.integers(0, 2, 16).astype(np.int32),
+        obs=rng.normal(size=(16, obs_dim)).astype(np.float32),
+        action=rng.integers(0, 2, 16).astype(np.int32) if discrete else rng.uniform(-2, 2, (16, 1)).astype(np.float32),
         reward=np.ones(16, np.float32),
         terminated=np.zeros(16, bool),
         truncated=np.zeros(16, bool),
-        next_obs=rng.normal(size=(16, 4)).astype(np.float32),
+        next_obs=rng.normal(size=(16, obs_dim)).astype(np.float32),
         episode_return=np.zeros(16, np.float32),
         episode_length=np.zeros(16, np.int32),
-        env_id="CartPole-v1",
+        env_id=env_id,
     )
 
 
 def inputs(name: str) -> tuple:
-    return (tiny_dataset(),) if name == "bc" else ()
+    return (tiny_dataset(tiny_config(name).env_id),) if name in FROM_DATASETS else ()
 
 
 @pytest.mark.slow

@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl import algorithms, networks
-from jaxrl.algorithms import bc, dqn, es, iql, ppo, r2d2, sac, td3
+from jaxrl import algorithms, data, envs, loop, networks
+from jaxrl.algorithms import dqn, es, iql, ppo, r2d2, sac, td3
 from jaxrl.config import fields_to_json
 from jaxrl.networks import Actor, ActorCritic, ContinuousQ, Whole
 from jaxrl.workflow import cli, saved, sweep
@@ -34,26 +34,37 @@ def _module_paths(params, name: str) -> list[tuple]:
 # ----------------------------------------------------------------------------- every algorithm
 
 
-@pytest.mark.parametrize("name", [name for name in algorithms.names() if name != "bc"])
+def abstract_dataset(config, size: int = 256) -> data.Dataset:
+    """A dataset's shapes and dtypes for the config's env (``size`` transitions)."""
+    spec = envs.config_spec(config)
+    leaf = lambda shape, dtype: jax.ShapeDtypeStruct((size, *shape), dtype)  # noqa: E731
+    obs = jax.tree.map(lambda x: leaf(x.shape, x.dtype), spec.observation)
+    action = leaf(spec.action_shape, jnp.int32 if spec.discrete else jnp.float32)
+    scalars = dict(reward=jnp.float32, terminated=bool, truncated=bool, episode_return=jnp.float32)
+    return data.Dataset(
+        obs=obs,
+        action=action,
+        next_obs=obs,
+        episode_length=leaf((), jnp.int32),
+        env_id=config.env_id,
+        **{name: leaf((), dtype) for name, dtype in scalars.items()},
+    )
+
+
+@pytest.mark.parametrize("name", algorithms.names())
 def test_every_algorithm_builds_its_heads_on_the_users_torso(name):
     """``init`` puts the user's torso (a factory's, sized by the env's spec: the board of
     a pgx game, agents' dict observations, ...) where the algorithm's torso goes, and no
-    built-in torso beside it."""
+    built-in torso beside it; an algorithm that learns from a dataset gets one (its shapes)."""
     record = algorithms.get(name)
     if name == "ppo_es":  # the inner PPO's network
         config = record.Config(ppo=ppo.Config(network=custom_torsos.flat_residual))
     else:
         config = record.Config(network=custom_torsos.flat_residual)
-    params = jax.eval_shape(lambda key: record.init(key, config), jax.random.key(0)).params
+    inputs = (abstract_dataset(config),) if record.program(config).inputs is not loop.no_inputs else ()
+    params = jax.eval_shape(lambda key, *inputs: record.init(key, config, *inputs), jax.random.key(0), *inputs).params
     assert _module_paths(params, "Residual"), f"{name}: {jax.tree.map(jnp.shape, params)}"
     assert not _module_paths(params, "MLP_"), name
-
-
-@pytest.mark.slow
-def test_bc_policy_on_the_users_torso():
-    """BC's init needs a dataset (tests/test_bc.py): its policy network alone."""
-    module = bc.make_network(bc.Config(network=custom_torsos.flat_residual))
-    assert _module_paths(module.init(jax.random.key(0), jnp.zeros((2, 4))), "Residual")
 
 
 @pytest.mark.slow

@@ -39,6 +39,7 @@ BUILT_IN = {
         "sac",
         "bc",
         "td3_bc",
+        "implicit_q",
         "es",
         "alphazero",
         "ippo",

@@ -106,7 +106,7 @@ def online_config(config: Config, Online: type, **fields):
     offline config's networks and numbers (:data:`SHARED_FIELDS`), then ``fields``:
     the losses' settings while learning offline, and the run's (``total_timesteps``,
     ``learning_starts``, ...) when it continues online (:func:`finetune`)."""
-    return Online(**{name: getattr(config, name) for name in SHARED_FIELDS}, **fields)
+    return Online(**{**{name: getattr(config, name) for name in SHARED_FIELDS}, **fields})
 
 
 # ----------------------------------------------------------------------------- the dataset
@@ -249,6 +249,13 @@ def fill_replay(buffer: replay.ReplayState, dataset: data.Dataset) -> replay.Rep
         {name: example[name] for name in fields},
     )
     return replay.add_sequence(buffer, items)
+
+
+def carried_opt_state(offline_opt_state, online_opt_state):
+    """The offline optimiser's state (Adam's moments and step count) under the online
+    config's hyper-parameters: ``inject_hyperparams`` keeps the learning rate in the
+    state, so a copied state would keep the offline run's."""
+    return offline_opt_state._replace(hyperparams=online_opt_state.hyperparams)
 
 
 def finetune_program(online_program: loop.Program, hand_over: Callable) -> loop.Program:

@@ -161,7 +161,8 @@ def program(config: Config) -> loop.Program:
 
 def hand_over(online_state: ddpg.State, state: State, keep_dataset: bool = True) -> ddpg.State:
     """``online_state`` (TD3's, freshly initialised) with this state's actor, critics,
-    targets, optimiser moments and observation statistics, and with ``keep_dataset`` the
+    targets, optimiser moments (:func:`jaxrl.algorithms.offline.carried_opt_state`: the
+    learning rate is the online config's) and observation statistics, and with ``keep_dataset`` the
     dataset in its replay (:func:`jaxrl.algorithms.offline.fill_replay`)."""
     params = {**online_state.params, **state.params}
     buffer = offline.fill_replay(online_state.buffer, state.dataset) if keep_dataset else online_state.buffer
@@ -169,7 +170,10 @@ def hand_over(online_state: ddpg.State, state: State, keep_dataset: bool = True)
         params=params,
         critic_params=state.critic_params,
         target_params=state.target_params,
-        opt_state=state.opt_state,
+        opt_state={
+            name: offline.carried_opt_state(state.opt_state[name], online_state.opt_state[name])
+            for name in state.opt_state
+        },
         buffer=buffer,
     )
 
