@@ -39,6 +39,8 @@ BUILT_IN = {
         "sac",
         "bc",
         "td3_bc",
+        "cql",
+        "discrete_cql",
         "implicit_q",
         "es",
         "alphazero",
