@@ -10,7 +10,7 @@ pytestmark = pytest.mark.slow  # compiles or runs whole training programs: see p
 
 NOTEBOOKS = sorted((pathlib.Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 # Those whose training runs outweigh their compiles: compiled at XLA's default level.
-LONG_RUNS = {"custom_networks.ipynb", "memory.ipynb"}
+LONG_RUNS = {"custom_networks.ipynb", "memory.ipynb", "offline_to_online.ipynb"}
 
 
 def test_there_are_notebooks():
