@@ -18,7 +18,7 @@ update or sampling of actions. Its updates/s is a ceiling for any implementation
 these settings on this machine; ``of floor`` is jaxrl's fraction of it.
 
 ``--table`` is the learning table instead: each algorithm at its learning test's settings
-(:data:`TABLE`, tests/test_offline_learning.py and notebooks/offline_to_online.ipynb) on
+(its preset for the env: tests/test_offline_learning.py and notebooks/offline_to_online.ipynb) on
 the tests' datasets (tests/offline_datasets.py: a policy stopped early, 80%, and random
 actions, 20%), ``--seeds`` seeds, beside the dataset's mean episode return and BC trained
 on the same file with the same seeds.
@@ -236,10 +236,13 @@ def child_main(args) -> None:
 
 # ============================================================================ the learning table
 
-# Each algorithm at its learning test's settings: (dataset, fields).
+# Each algorithm at its preset for the dataset's env (its learning test's settings), on
+# the tests' dataset of that name (tests/offline_datasets.py).
 TABLE = {
-    "td3_bc": ("medium_pendulum", dict(num_updates=10_000, hidden_sizes=(64, 64))),
-    "implicit_q": ("medium_pendulum", dict(num_updates=3_000, hidden_sizes=(64, 64), learning_rate=1e-3)),
+    "td3_bc": "medium_pendulum",
+    "cql": "medium_pendulum",
+    "implicit_q": "medium_pendulum",
+    "discrete_cql": "mixed_cartpole",
 }
 BC_UPDATES = 5_000
 
@@ -267,7 +270,7 @@ def learning_table(args) -> int:
     for name in args.algorithms:
         if name not in TABLE:
             continue
-        recipe, fields = TABLE[name]
+        recipe = TABLE[name]
         dataset = getattr(offline_datasets, recipe)()
         mean = float(data.episode_metrics(dataset)["episode_return"])
         if recipe not in cloned:
@@ -275,14 +278,15 @@ def learning_table(args) -> int:
             cloned[recipe] = final(bc, bc.Config(env_id=dataset.env_id, num_updates=BC_UPDATES, **evaluation), dataset)
         algorithm = algorithms.get(name)
         start = time.perf_counter()
-        returns = final(algorithm, algorithm.Config(env_id=dataset.env_id, **fields, **evaluation), dataset)
+        config = algorithm.preset(dataset.env_id, **evaluation)
+        returns = final(algorithm, config, dataset)
         seconds = time.perf_counter() - start
         beats = int(((returns > mean) & (returns > cloned[recipe])).sum())
         rows.append(
             [
                 f"{recipe} ({dataset.env_id})",
                 name,
-                f"{fields['num_updates']:,}",
+                f"{config.num_updates:,}",
                 f"{returns.mean():.0f} ({', '.join(f'{r:.0f}' for r in returns)})",
                 f"{mean:.0f}",
                 f"{cloned[recipe].mean():.0f}",

@@ -49,7 +49,6 @@ from flax import struct
 
 from jaxrl import data, loop, optim
 from jaxrl.algorithms import actor_critic, offline, offpolicy, sac
-from jaxrl.algorithms.contract import Algorithm
 from jaxrl.config import require_int, require_range, static
 
 ALPHA_PRIME_MAX = 1e6  # CORL's clip of alpha'
@@ -332,43 +331,15 @@ def learn(state: State, batch: dict, key: jax.Array, index, config: Config):
     return state, metrics
 
 
-def update(state: State, batch: dict, key: jax.Array, config: Config):
-    """One update on ``batch`` (:func:`jaxrl.algorithms.offline.batch`'s). Returns
-    ``(state, metrics)``."""
-    return learn(state, batch, key, state.updates, config)
-
-
-step = offline.step(learn)
-evaluate = offline.evaluator(act)
-
-
-def program(config: Config) -> loop.Program:
-    """The run (:func:`jaxrl.algorithms.offline.program`)."""
-    return offline.program(config, init, step, evaluate, "cql")
-
-
 # ----------------------------------------------------------------------------- offline to online
 
 
 def hand_over(online_state: sac.State, state: State, keep_dataset: bool = True) -> sac.State:
     """``online_state`` (SAC's, freshly initialised) with this state's actor, critics,
-    target critics, temperature, optimiser moments (:func:`jaxrl.algorithms.offline.carried_opt_state`:
-    the learning rate is the online config's) and observation statistics, and with
-    ``keep_dataset`` the dataset in its replay (:func:`jaxrl.algorithms.offline.fill_replay`).
+    target critics, temperature, optimiser moments and observation statistics, and with
+    ``keep_dataset`` the dataset in its replay (:func:`jaxrl.algorithms.offline.hand_over`).
     ``alpha'`` stays behind: online SAC has no conservative term."""
-    params = {**online_state.params, **state.params}
-    buffer = offline.fill_replay(online_state.buffer, state.dataset) if keep_dataset else online_state.buffer
-    return online_state.replace(
-        params=params,
-        critic_params=state.critic_params,
-        target_params=state.target_params,
-        log_alpha=state.log_alpha,
-        opt_state={
-            name: offline.carried_opt_state(state.opt_state[name], online_state.opt_state[name])
-            for name in online_state.opt_state
-        },
-        buffer=buffer,
-    )
+    return offline.hand_over(online_state, state, keep_dataset, log_alpha=state.log_alpha)
 
 
 def finetune_program(online: sac.Config, keep_dataset: bool = True) -> loop.Program:
@@ -379,17 +350,13 @@ def finetune_program(online: sac.Config, keep_dataset: bool = True) -> loop.Prog
     return offline.finetune_program(sac.program(online), functools.partial(hand_over, keep_dataset=keep_dataset))
 
 
-algorithm = Algorithm(
-    name="cql",
-    Config=Config,
-    init=init,
-    act=act,
-    initial_carry=offpolicy.initial_carry,
-    update=update,
-    step=step,
-    program=program,
-    evaluate=evaluate,
-    presets=PRESETS,
-    summary="Conservative Q-learning: offline SAC whose critics are pushed down off the data",
+algorithm = offline.algorithm(
+    "cql",
+    Config,
+    init,
+    act,
+    learn,
+    PRESETS,
+    "Conservative Q-learning: offline SAC whose critics are pushed down off the data",
 )
 __getattr__ = algorithm.module_getattr(__name__)  # cql.train, cql.preset: the record's

@@ -31,9 +31,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxrl import data, envs, loop
-from jaxrl.algorithms import dqn, offline, offpolicy, requirements
-from jaxrl.algorithms.contract import Algorithm
+from jaxrl import data, envs
+from jaxrl.algorithms import dqn, offline, requirements
 from jaxrl.config import require_range, static
 from jaxrl.distributions import mask_actions
 
@@ -156,32 +155,13 @@ def learn(state: State, batch: dict, key: jax.Array, index, config: Config):
     return state, metrics
 
 
-def update(state: State, batch: dict, key: jax.Array, config: Config):
-    """One update on ``batch`` (:func:`jaxrl.algorithms.offline.batch`'s). Returns
-    ``(state, metrics)``: ``loss``, ``td_loss``, ``cql_gap``, ``q_mean``, ``td_abs``."""
-    return learn(state, batch, key, state.updates, config)
-
-
-step = offline.step(learn)
-evaluate = offline.evaluator(act)
-
-
-def program(config: Config) -> loop.Program:
-    """The run (:func:`jaxrl.algorithms.offline.program`)."""
-    return offline.program(config, init, step, evaluate, "discrete_cql")
-
-
-algorithm = Algorithm(
-    name="discrete_cql",
-    Config=Config,
-    init=init,
-    act=act,
-    initial_carry=offpolicy.initial_carry,
-    update=update,
-    step=step,
-    program=program,
-    evaluate=evaluate,
-    presets=PRESETS,
-    summary="Conservative Q-learning for discrete actions: offline double DQN with CQL(H)'s logsumexp term",
+algorithm = offline.algorithm(
+    "discrete_cql",
+    Config,
+    init,
+    act,
+    learn,
+    PRESETS,
+    "Conservative Q-learning for discrete actions: offline double DQN with CQL(H)'s logsumexp term",
 )
 __getattr__ = algorithm.module_getattr(__name__)  # discrete_cql.train, discrete_cql.preset: the record's

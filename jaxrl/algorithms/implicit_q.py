@@ -39,7 +39,6 @@ from flax import struct
 
 from jaxrl import data, envs, loop, networks, optim
 from jaxrl.algorithms import actor_critic, offline, offpolicy, sac
-from jaxrl.algorithms.contract import Algorithm
 from jaxrl.config import require_range, static
 
 # Dataset actions enter the tanh-Gaussian's log-density clipped into [-1 + eps, 1 - eps]
@@ -271,41 +270,15 @@ def learn(state: State, batch: dict, key: jax.Array, index, config: Config):
     return state, metrics
 
 
-def update(state: State, batch: dict, key: jax.Array, config: Config):
-    """One update on ``batch`` (:func:`learn`). Returns ``(state, metrics)``."""
-    return learn(state, batch, key, state.updates, config)
-
-
-step = offline.step(learn)
-evaluate = offline.evaluator(act)
-
-
-def program(config: Config) -> loop.Program:
-    """The run (:func:`jaxrl.algorithms.offline.program`)."""
-    return offline.program(config, init, step, evaluate, "implicit_q")
-
-
 # ----------------------------------------------------------------------------- offline to online
 
 
 def hand_over(online_state: sac.State, state: State, keep_dataset: bool = True) -> sac.State:
     """``online_state`` (SAC's, freshly initialised) with this state's actor, critics,
-    target critics, their optimiser moments (Adam's; the learning rates are the online
-    config's) and the observation statistics, and with ``keep_dataset`` the dataset in
-    its replay (:func:`jaxrl.algorithms.offline.fill_replay`). ``V`` has no place in SAC
-    and stays behind; SAC's temperature starts at its ``alpha``."""
-    buffer = offline.fill_replay(online_state.buffer, state.dataset) if keep_dataset else online_state.buffer
-    opt_state = {
-        name: offline.carried_opt_state(state.opt_state[name], online_state.opt_state[name])
-        for name in ("actor", "critic")
-    }
-    return online_state.replace(
-        params={**online_state.params, **state.params},
-        critic_params=state.critic_params,
-        target_params=state.target_params,
-        opt_state={**online_state.opt_state, **opt_state},
-        buffer=buffer,
-    )
+    target critics, their optimiser moments and the observation statistics, and with
+    ``keep_dataset`` the dataset in its replay (:func:`jaxrl.algorithms.offline.hand_over`).
+    ``V`` has no place in SAC and stays behind; SAC's temperature starts at its ``alpha``."""
+    return offline.hand_over(online_state, state, keep_dataset)
 
 
 def finetune_program(online: sac.Config, keep_dataset: bool = True) -> loop.Program:
@@ -316,17 +289,13 @@ def finetune_program(online: sac.Config, keep_dataset: bool = True) -> loop.Prog
     return offline.finetune_program(sac.program(online), functools.partial(hand_over, keep_dataset=keep_dataset))
 
 
-algorithm = Algorithm(
-    name="implicit_q",
-    Config=Config,
-    init=init,
-    act=act,
-    initial_carry=offpolicy.initial_carry,
-    update=update,
-    step=step,
-    program=program,
-    evaluate=evaluate,
-    presets=PRESETS,
-    summary="Implicit Q-Learning: offline expectile values and advantage-weighted actor",
+algorithm = offline.algorithm(
+    "implicit_q",
+    Config,
+    init,
+    act,
+    learn,
+    PRESETS,
+    "Implicit Q-Learning: offline expectile values and advantage-weighted actor",
 )
 __getattr__ = algorithm.module_getattr(__name__)  # implicit_q.train, implicit_q.preset: the record's

@@ -31,6 +31,7 @@ from flax import struct
 
 from jaxrl import data, envs, evaluation, loop, networks
 from jaxrl.algorithms import offpolicy
+from jaxrl.algorithms.contract import Algorithm
 from jaxrl.buffers import replay
 from jaxrl.config import freeze_mapping, require_int, require_range, static
 
@@ -201,6 +202,32 @@ def step(learn: Callable) -> Callable:
     return offline_step
 
 
+def algorithm(name: str, Config: type, init: Callable, act: Callable, learn: Callable, presets: dict, summary: str):
+    """An offline algorithm's record from its ``init(key, config, dataset)``, ``act`` and
+    ``learn(state, batch, key, index, config)``: ``update`` is ``learn`` counted from
+    ``state.updates``, ``step`` and ``program`` this module's."""
+
+    def update(state, batch: dict, key: jax.Array, config):
+        """One update on ``batch`` (:func:`jaxrl.algorithms.offline.batch`'s), the
+        ``state.updates``-th. Returns ``(state, metrics)``."""
+        return learn(state, batch, key, state.updates, config)
+
+    offline_step, evaluate = step(learn), evaluator(act)
+    return Algorithm(
+        name=name,
+        Config=Config,
+        init=init,
+        act=act,
+        initial_carry=offpolicy.initial_carry,
+        update=update,
+        step=offline_step,
+        program=lambda config: program(config, init, offline_step, evaluate, name),
+        evaluate=evaluate,
+        presets=presets,
+        summary=summary,
+    )
+
+
 def program(config, init: Callable, step: Callable, evaluate: Callable, algorithm: str) -> loop.Program:
     """The run as a :class:`jaxrl.loop.Program`: ``init(key, config, dataset)`` on its
     ``inputs`` (the dataset, read from ``config.dataset_path`` on the host unless one is
@@ -256,6 +283,27 @@ def carried_opt_state(offline_opt_state, online_opt_state):
     config's hyper-parameters: ``inject_hyperparams`` keeps the learning rate in the
     state, so a copied state would keep the offline run's."""
     return offline_opt_state._replace(hyperparams=online_opt_state.hyperparams)
+
+
+def hand_over(online_state, state, keep_dataset: bool = True, **fields):
+    """``online_state`` (the online algorithm's, freshly initialised) with the offline
+    ``state``'s ``params`` (the actor, the observation statistics), ``critic_params``,
+    ``target_params`` and the optimiser states the two share by name
+    (:func:`carried_opt_state`; the online algorithm's others start fresh), with
+    ``keep_dataset`` the dataset in its replay (:func:`fill_replay`), and ``fields``:
+    other state the online algorithm takes over (SAC's ``log_alpha``)."""
+    opt_state = {
+        name: carried_opt_state(state.opt_state[name], online) if name in state.opt_state else online
+        for name, online in online_state.opt_state.items()
+    }
+    return online_state.replace(
+        params={**online_state.params, **state.params},
+        critic_params=state.critic_params,
+        target_params=state.target_params,
+        opt_state=opt_state,
+        buffer=fill_replay(online_state.buffer, state.dataset) if keep_dataset else online_state.buffer,
+        **fields,
+    )
 
 
 def finetune_program(online_program: loop.Program, hand_over: Callable) -> loop.Program:

@@ -31,7 +31,6 @@ from flax import struct
 
 from jaxrl import data, loop
 from jaxrl.algorithms import actor_critic, ddpg, offline, offpolicy, td3
-from jaxrl.algorithms.contract import Algorithm
 from jaxrl.config import require_int, require_range, static
 
 
@@ -145,42 +144,14 @@ def learn(state: State, batch: dict, key: jax.Array, index, config: Config):
     return ddpg.update(state, batch, key, online_config(config), update_actor, objective)
 
 
-def update(state: State, batch: dict, key: jax.Array, config: Config):
-    """One update on ``batch`` (:func:`jaxrl.algorithms.offline.batch`'s), counted from
-    ``state.updates`` for the actor's delay. Returns ``(state, metrics)``; ``actor_loss``
-    is NaN where the actor did not move."""
-    return learn(state, batch, key, state.updates, config)
-
-
-step = offline.step(learn)
-evaluate = offline.evaluator(act)
-
-
-def program(config: Config) -> loop.Program:
-    """The run (:func:`jaxrl.algorithms.offline.program`)."""
-    return offline.program(config, init, step, evaluate, "td3_bc")
-
-
 # ----------------------------------------------------------------------------- offline to online
 
 
 def hand_over(online_state: ddpg.State, state: State, keep_dataset: bool = True) -> ddpg.State:
     """``online_state`` (TD3's, freshly initialised) with this state's actor, critics,
-    targets, optimiser moments (:func:`jaxrl.algorithms.offline.carried_opt_state`: the
-    learning rate is the online config's) and observation statistics, and with ``keep_dataset`` the
-    dataset in its replay (:func:`jaxrl.algorithms.offline.fill_replay`)."""
-    params = {**online_state.params, **state.params}
-    buffer = offline.fill_replay(online_state.buffer, state.dataset) if keep_dataset else online_state.buffer
-    return online_state.replace(
-        params=params,
-        critic_params=state.critic_params,
-        target_params=state.target_params,
-        opt_state={
-            name: offline.carried_opt_state(state.opt_state[name], online_state.opt_state[name])
-            for name in state.opt_state
-        },
-        buffer=buffer,
-    )
+    targets, optimiser moments and observation statistics, and with ``keep_dataset`` the
+    dataset in its replay (:func:`jaxrl.algorithms.offline.hand_over`)."""
+    return offline.hand_over(online_state, state, keep_dataset)
 
 
 def finetune_program(online: td3.Config, keep_dataset: bool = True) -> loop.Program:
@@ -191,17 +162,7 @@ def finetune_program(online: td3.Config, keep_dataset: bool = True) -> loop.Prog
     return offline.finetune_program(td3.program(online), functools.partial(hand_over, keep_dataset=keep_dataset))
 
 
-algorithm = Algorithm(
-    name="td3_bc",
-    Config=Config,
-    init=init,
-    act=act,
-    initial_carry=offpolicy.initial_carry,
-    update=update,
-    step=step,
-    program=program,
-    evaluate=evaluate,
-    presets=PRESETS,
-    summary="TD3+BC: offline TD3 with a behaviour-cloning term",
+algorithm = offline.algorithm(
+    "td3_bc", Config, init, act, learn, PRESETS, "TD3+BC: offline TD3 with a behaviour-cloning term"
 )
 __getattr__ = algorithm.module_getattr(__name__)  # td3_bc.train, td3_bc.preset: the record's
