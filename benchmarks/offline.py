@@ -369,8 +369,7 @@ def main(argv=None) -> int:
     add_common_arguments(parser, ("ALGORITHM", "KIND"), runs=True, timeout=1800, stall_timeout=600)
     args = parser.parse_args(argv)
     args.updates = args.updates or (500 if args.quick else 5_000)
-    if args.quick:
-        args.runs = 1
+    args.runs = 1 if args.quick else (args.runs or 3)
     if args.one:
         child_main(args)
         return 0
