@@ -193,12 +193,11 @@ ROWS = (
     # Rainbow (dqn.rainbow: C51, noisy nets, prioritized, dueling, double, 3-step) at the
     # 70k steps of its former test, where trials ended >= 475 in 7 of 8 seeds of key 42.
     Row("dqn", "CartPole-v1", 70_000, settings=dict(RAINBOW)),
-    # QR-DQN at the settings and 100k steps of its former test, and IQN at its test's
-    # settings (tests/test_quantile_heads.py: DQN's defaults with a quantile head, 64 x 64
-    # units, the learning rate annealed; IQN's head cut to 8 fractions per pass and 32
-    # cosines for a 2-core CPU); IQN at 120k, as rows are told apart by algorithm, env and
-    # budget. QR-DQN's test (>= 475 in 2 of the first 3 seeds of key 42) left the suite:
-    # IQN's trains the quantile Huber loss and target the two heads share.
+    # QR-DQN and IQN at the settings of their former tests (tests/test_quantile_heads.py
+    # says them: DQN's defaults with a quantile head, 64 x 64 units, the learning rate
+    # annealed; IQN's head cut to 8 fractions per pass and 32 cosines for a 2-core CPU);
+    # IQN at 120k, as rows are told apart by algorithm, env and budget. Both tests (>= 475
+    # in 2 of the first 3 seeds of key 42) left the suite for its time budget.
     Row(
         "dqn",
         "CartPole-v1",

@@ -380,7 +380,7 @@ def _final_eval(metrics):
 
 @pytest.mark.learns
 @pytest.mark.optimised
-@pytest.mark.parametrize("module", [td3, sac], ids=["td3", "sac"])
+@pytest.mark.parametrize("module", [sac], ids=["sac"])
 def test_learns_pendulum(module):
     """Pendulum-v1 with the default config (4 envs, 4 updates of batch 256 per iteration,
     the first 1k steps random, 64x64 networks) for 10k env steps, not the default 20k, to
@@ -389,7 +389,9 @@ def test_learns_pendulum(module):
     in these configs depends on the budget, so the first 10k steps of a default run are
     exactly this run.) In trials over 8 seeds (keys split from 42), the evaluation at 10k
     reached -250 in 7 (SAC: one at -348; TD3: one at -264). DDPG, which TD3 extends, and
-    discrete SAC on CartPole-v1 are rows of benchmarks/learning_table.py."""
+    discrete SAC on CartPole-v1 are rows of benchmarks/learning_table.py; TD3 at these
+    settings is notebooks/offline_to_online.ipynb's from-scratch arm (-250 within 8k env
+    steps in at least 3 of 4 seeds)."""
     config = module.Config(env_id="Pendulum-v1", num_reports=0, total_timesteps=10_000)
     keys = jax.random.split(jax.random.key(42), 3)
     out = jax.jit(jax.vmap(module.train, in_axes=(0, None)))(keys, config)

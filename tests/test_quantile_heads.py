@@ -2,7 +2,7 @@
 ImplicitQuantile): the quantile Huber loss against a NumPy double loop, IQN's cosine
 embedding and network against a hand computation, QR-DQN's projection-free target, the
 quantile fractions of IQN's three roles, clear errors, what composes and what is
-refused, one compiled run of each head, and IQN's learning test (QR-DQN's is a row of
+refused and one compiled run of each head (their learning tests are rows of
 benchmarks/learning_table.py).
 
 Compiles dominate on a 2-core CPU: the numerical tests run small functions eagerly or
@@ -293,45 +293,14 @@ def test_train_jits_and_vmaps_over_seeds(tiny_run):
 # ----------------------------------------------------------------------------- learning
 
 
-def _solves_cartpole(config):
-    """The final greedy evaluation of ``config`` (one, at the end) reaches 475 in at least
-    2 of the first 3 seeds of ``split(key(42), 4)``: the trials' first three."""
-    config = config.replace(num_evals=1, num_reports=0)
-    keys = jax.random.split(jax.random.key(42), 4)[:3]
-    out = jax.jit(jax.vmap(dqn.train, in_axes=(0, None)))(keys, config)
-    evals = np.asarray(out.metrics["eval_return"])
-    final = evals[:, ~np.isnan(evals[0])][:, -1]
-    assert (final >= 475).sum() >= 2, final
-
-
 # QR-DQN's learning test (the ``qr_dqn`` variant with 32 quantiles, (64, 64) hidden units
 # and a learning rate of 5e-3 annealed to 0, 100k env steps of CartPole-v1, >= 475 in 2 of
 # the first 3 seeds of split(key(42), 4); trials: 4 of 4 seeds of key 42, 8 of 8 of key 7,
-# 6 of 8 of key 0 with 80k) is a row of benchmarks/learning_table.py; IQN's test below
-# trains the quantile Huber loss and the quantile target it shares with QR-DQN, and
-# test_train_jits_and_vmaps_over_seeds runs QR-DQN's head end to end.
-
-
-@pytest.mark.learns
-@pytest.mark.optimised
-def test_iqn_learns_cartpole():
-    """CartPole-v1 with the ``iqn`` variant (DQN's defaults: double, dueling, 3-step,
-    prioritized, epsilon-greedy) at DQN's default budget of 100k env steps, with a head
-    cut for a 2-core CPU (8 online, 8 target and 8 acting fractions and a 32-term cosine
-    embedding instead of the paper's 64 / 64 / 32 / 64), (64, 64) hidden units and a
-    learning rate of 6e-3 annealed linearly to 0 (``anneal_lr``). Final greedy
-    evaluation return (mean of 10 episodes, at the acting fractions' midpoints) >= 475 in
-    at least 2 of the first 3 seeds of ``split(key(42), 4)``.
-
-    Trials on this machine: 4 of 4 seeds of key 42, 8 of 8 of key
-    7 and 7 of 8 of key 0 pass; 80k steps: 6 of 8 (key 0). A constant rate of 4e-3 needs
-    120k steps for 3 of 4 seeds of key 42 (2 of 4 at 100k)."""
-    config = dqn.iqn(
-        "CartPole-v1",
-        head=ImplicitQuantile(num_online=8, num_target=8, num_acting=8, embedding_dim=32),
-        hidden_sizes=(64, 64),
-        learning_rate=6e-3,
-        anneal_lr=True,
-        total_timesteps=100_000,
-    )
-    _solves_cartpole(config)
+# 6 of 8 of key 0 with 80k) is a row of benchmarks/learning_table.py;
+# test_train_jits_and_vmaps_over_seeds runs its head end to end.
+# IQN's learning test (the ``iqn`` variant with 8 / 8 / 8 fractions and a 32-term cosine
+# embedding, (64, 64) hidden units, a learning rate of 6e-3 annealed to 0, 100k env steps
+# of CartPole-v1, >= 475 in 2 of the first 3 seeds of split(key(42), 4); trials: 4 of 4
+# seeds of key 42, 8 of 8 of key 7, 7 of 8 of key 0) is a row of
+# benchmarks/learning_table.py beside QR-DQN's, to keep the suite within its 20 minutes;
+# the quantile Huber loss, the target and the fractions are checked against NumPy above.
