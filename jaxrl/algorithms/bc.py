@@ -34,7 +34,7 @@ from jaxrl import data, envs, evaluation, loop, optim
 from jaxrl.algorithms import offline, requirements
 from jaxrl.algorithms.contract import Algorithm
 from jaxrl.algorithms.offpolicy import initial_carry
-from jaxrl.config import freeze_mapping, require_choice, require_int, require_range, static
+from jaxrl.config import require_choice, require_range, static
 from jaxrl.distributions import Categorical, Normal, mask_actions
 from jaxrl.networks import Actor, require_network, resolve_torso
 
@@ -61,15 +61,8 @@ class Config:
     learning_rate: float = 1e-3
 
     def __post_init__(self):
-        object.__setattr__(self, "env_kwargs", freeze_mapping(self.env_kwargs, "env_kwargs"))
-        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
-        for field in ("num_updates", "batch_size", "eval_episodes"):
-            require_int(self, field, 1)
-        for field in ("num_evals", "num_reports"):
-            require_int(self, field, 0)
+        offline.check_run_fields(self)
         require_choice(self, "loss", ("mse", "gaussian"))
-        if not isinstance(self.dataset_path, str):
-            raise TypeError(f"dataset_path must be a string, got {self.dataset_path!r}")
         spec = env_spec(self)
         require_network(self, spec)
         requirements.refuse_multi_discrete(spec, self.env_id, "bc")

@@ -44,7 +44,6 @@ from typing import Any
 import chex
 import jax
 import jax.numpy as jnp
-import optax
 from flax import struct
 
 from jaxrl import data, loop, optim
@@ -296,17 +295,12 @@ def learn(state: State, batch: dict, key: jax.Array, index, config: Config):
         online,
     )
 
-    t_loss, grad = jax.value_and_grad(sac.alpha_loss)(state.log_alpha, entropy, online)
-    log_alpha, alpha_opt = state.log_alpha, state.opt_state["alpha"]
-    if config.autotune:
-        updates, alpha_opt = optimizer.update(grad, alpha_opt, log_alpha)
-        log_alpha = optax.apply_updates(log_alpha, updates)
-
-    p_loss, grad = jax.value_and_grad(alpha_prime_loss)(state.log_alpha_prime, gap, config)
-    log_alpha_prime, alpha_prime_opt = state.log_alpha_prime, state.opt_state["alpha_prime"]
-    if config.lagrange:
-        updates, alpha_prime_opt = optimizer.update(grad, alpha_prime_opt, log_alpha_prime)
-        log_alpha_prime = optax.apply_updates(log_alpha_prime, updates)
+    log_alpha, alpha_opt, t_loss = optim.step_if(
+        config.autotune, optimizer, sac.alpha_loss, state.log_alpha, state.opt_state["alpha"], entropy, online
+    )
+    log_alpha_prime, alpha_prime_opt, p_loss = optim.step_if(
+        config.lagrange, optimizer, alpha_prime_loss, state.log_alpha_prime, state.opt_state["alpha_prime"], gap, config
+    )
 
     state = state.replace(
         params={**state.params, "actor": actor_params},

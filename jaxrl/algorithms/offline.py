@@ -65,14 +65,7 @@ class Config:
     tau: float = 0.005  # Polyak rate of the target networks
 
     def __post_init__(self):
-        object.__setattr__(self, "env_kwargs", freeze_mapping(self.env_kwargs, "env_kwargs"))
-        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
-        for field in ("num_updates", "batch_size", "eval_episodes"):
-            require_int(self, field, 1)
-        for field in ("num_evals", "num_reports"):
-            require_int(self, field, 0)
-        if not isinstance(self.dataset_path, str):
-            raise TypeError(f"dataset_path must be a string, got {self.dataset_path!r}")
+        check_run_fields(self)
         spec = self.check_actions()
         networks.require_network(self, spec)
 
@@ -86,6 +79,20 @@ class Config:
         require_range(self, "learning_rate", 0.0, float("inf"), low_open=True)
         require_range(self, "gamma", 0.0, 1.0)
         require_range(self, "tau", 0.0, 1.0, low_open=True)
+
+
+def check_run_fields(config) -> None:
+    """What every Config that learns from a dataset checks first (this family's and
+    BC's): ``env_kwargs`` frozen, ``hidden_sizes`` a tuple, the run's counts whole
+    numbers, ``dataset_path`` a string."""
+    object.__setattr__(config, "env_kwargs", freeze_mapping(config.env_kwargs, "env_kwargs"))
+    object.__setattr__(config, "hidden_sizes", tuple(config.hidden_sizes))
+    for field in ("num_updates", "batch_size", "eval_episodes"):
+        require_int(config, field, 1)
+    for field in ("num_evals", "num_reports"):
+        require_int(config, field, 0)
+    if not isinstance(config.dataset_path, str):
+        raise TypeError(f"dataset_path must be a string, got {config.dataset_path!r}")
 
 
 SHARED_FIELDS = (

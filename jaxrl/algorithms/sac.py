@@ -47,7 +47,6 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 from flax import struct
 
 from jaxrl import envs, networks, optim
@@ -464,11 +463,9 @@ def update(state: State, batch: dict, key: jax.Array, config: Config):
         config,
     )
 
-    t_loss, grad = jax.value_and_grad(alpha_loss)(state.log_alpha, entropy, config)
-    log_alpha, alpha_opt = state.log_alpha, state.opt_state["alpha"]
-    if config.autotune:
-        updates, alpha_opt = optimizer.update(grad, alpha_opt, log_alpha)
-        log_alpha = optax.apply_updates(log_alpha, updates)
+    log_alpha, alpha_opt, t_loss = optim.step_if(
+        config.autotune, optimizer, alpha_loss, state.log_alpha, state.opt_state["alpha"], entropy, config
+    )
 
     state = state.replace(
         params={**state.params, "actor": actor_params},
