@@ -67,15 +67,24 @@ def measure_and_emit(result: dict, measure, packages=()) -> None:
 
 
 def time_compiled(jax, fn, args, runs: int):
-    """Compile ``jax.jit(fn)`` for ``args`` (``compile_s``: tracing, lowering and
-    compiling) and run the compiled function ``runs`` times until ``block_until_ready``
-    (``run_times``), noting the cores' worth of CPU other processes used during each run
-    (``other_cpu``), since a shared machine slows runs down. Returns that dict and the
-    last run's output."""
+    """Compile ``jax.jit(fn)`` for ``args`` and run the compiled function ``runs`` times
+    until ``block_until_ready`` (``run_times``), noting the cores' worth of CPU other
+    processes used during each run (``other_cpu``), since a shared machine slows runs
+    down. ``compile_s`` is tracing, lowering and XLA's compile together; ``trace_s``,
+    ``lower_s`` and ``xla_s`` are the three stages (``jax.stages``), and ``hlo_ops`` the
+    operations in the lowered program (StableHLO), its size. ``runs=0`` only compiles.
+    Returns that dict and the last run's output (None without runs)."""
     phase("compiling")
     start = time.perf_counter()
-    compiled = jax.jit(fn).lower(*args).compile()
-    compile_s = time.perf_counter() - start
+    traced = jax.jit(fn).trace(*args)
+    traced_at = time.perf_counter()
+    lowered = traced.lower()
+    lowered_at = time.perf_counter()
+    compiled = lowered.compile()
+    compiled_at = time.perf_counter()
+    compile_s = compiled_at - start
+    stages = dict(trace_s=traced_at - start, lower_s=lowered_at - traced_at, xla_s=compiled_at - lowered_at)
+    stages["hlo_ops"] = lowered.as_text().count("stablehlo.")
     run_times, others, out = [], [], None
     for run in range(runs):
         del out  # free the previous run's output before the next
@@ -86,7 +95,7 @@ def time_compiled(jax, fn, args, runs: int):
         run_times.append(time.perf_counter() - start)
         others.append(_other_cpu(before, _cpu_snapshot()))
     phase("collecting results")
-    return dict(compile_s=compile_s, run_times=run_times, other_cpu=others), out
+    return dict(compile_s=compile_s, run_times=run_times, other_cpu=others, **stages), out
 
 
 def speed_probe(jax, steps: int = 1000, repeats: int = 3) -> float:

@@ -633,6 +633,8 @@ def run_jaxrl(jax, entry: Entry, seeds: int, args) -> dict:
     else:
         train, inputs = jax.vmap(module.train, in_axes=(0, None)), (keys, config)
     timing, out = time_compiled(jax, train, inputs, args.runs)
+    if out is None:  # compiled only
+        return dict(timing, settings={f.name: repr(getattr(config, f.name)) for f in dataclasses.fields(config)})
     counter = getattr(out.state, module.program(config).counter)  # env steps, or BC's updates
     final = metrics.latest_finite(jax.device_get(out.metrics["eval_return"]))
     return dict(
@@ -1093,8 +1095,10 @@ def run_peer(jax, entry: Entry, seeds: int, args) -> dict:
 
     keys = jax.random.split(jax.random.key(args.seed), seeds)
     timing, out = time_compiled(jax, jax.vmap(algo.replace(eval_callback=eval_callback).train), (keys,), args.runs)
-    ts, (_, returns) = jax.device_get(out)
     settings = dict(entry.peer_config, total_timesteps=algo.total_timesteps, eval_freq=algo.eval_freq)
+    if out is None:  # compiled only
+        return dict(timing, settings={k: repr(v) for k, v in settings.items()})
+    ts, (_, returns) = jax.device_get(out)
     return dict(
         timing,
         steps_per_seed=int(np.asarray(ts.global_step).reshape(-1)[0]),

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl import prng
 from jaxrl.types import TrainOutput
 
 # Reported where a step's metrics have them: env steps for RL, gradient ``updates`` for
@@ -140,9 +141,12 @@ def iterate(program: Program, state, run_key: jax.Array, start, length: int):
 
     ``start`` may be traced (one compiled chunk serves every chunk of a run);
     ``length`` is static. Iteration ``i`` uses keys derived from ``fold_in(run_key, i)``,
-    so a run split into several calls draws the same keys as one call.
+    so a run split into several calls draws the same keys as one call. A default
+    threefry key draws through :func:`jaxrl.prng.straight` (the same numbers, compiled
+    faster).
     Returns ``(state, metrics)`` with metric leaves ``[length]``.
     """
+    run_key = prng.straight(run_key)
 
     def iteration(state, index):
         step_key, eval_key = jax.random.split(jax.random.fold_in(run_key, index))
@@ -176,8 +180,9 @@ def iterate(program: Program, state, run_key: jax.Array, start, length: int):
 def train(program: Program, key: jax.Array, inputs=None) -> TrainOutput:
     """``program.init`` on ``inputs`` (default: ``program.inputs()``), then all
     ``program.num_iterations`` iterations in one ``lax.scan``. Metric leaves are
-    ``[num_iterations]``."""
-    init_key, run_key = jax.random.split(key)
+    ``[num_iterations]``. A default threefry key draws through
+    :func:`jaxrl.prng.straight` (the same numbers, compiled faster)."""
+    init_key, run_key = jax.random.split(prng.straight(key))
     state = program.init(init_key, program.inputs() if inputs is None else inputs)
     state, metrics = iterate(program, state, run_key, 0, program.num_iterations)
     return TrainOutput(state, metrics)

@@ -397,13 +397,17 @@ class Learner(NamedTuple):
         collect_key, update_key = jax.random.split(key)
         policy, behaviour_metrics = self.behaviour(state, config, False)
         state, metrics = collect(state, policy, collect_key, config)
+        state, learner_metrics = self.updates(state, update_key, config)
+        return state, {**metrics, **behaviour_metrics, **learner_metrics}
+
+    def updates(self, state, key: jax.Array, config):
+        """An iteration's ``num_updates`` updates on sampled batches (:func:`run_updates`)."""
 
         def one_update(state, key, index):
             sample_key, learn_key = jax.random.split(key)
             return self.learn(state, self.sample(state, sample_key, config), learn_key, index, config)
 
-        state, learner_metrics = run_updates(state, one_update, update_key, config.num_updates)
-        return state, {**metrics, **behaviour_metrics, **learner_metrics}
+        return run_updates(state, one_update, key, config.num_updates)
 
     def warmup_step(self, state, key: jax.Array, config):
         """An iteration before ``learning_starts``: uniformly random actions stored in
@@ -412,32 +416,44 @@ class Learner(NamedTuple):
         state, metrics = collect(state, policy, key, config)
         return state, {**metrics, **behaviour_metrics, **nan_metrics(self.learner_metrics)}
 
+    def iteration(self, state, key: jax.Array, index, config):
+        """Iteration ``index`` of the run: :meth:`warmup_step` for the first
+        ``config.warmup_iterations``, :meth:`step` after.
+
+        Both phases share one collection, whose policy is the warm-up's or the
+        behaviour's by ``index``, so that the program holds one copy of the env and the
+        replay writes rather than two (XLA compiles every copy); the updates run only
+        after the warm-up. ``index`` is the scan's own counter, unbatched under vmap, so
+        skipping the updates is a real branch (a one-branch loop, :func:`jaxrl.loop.run_if`:
+        a ``lax.cond`` refuses host-env steps under vmap)."""
+        if not config.warmup_iterations:
+            return self.step(state, key, config)
+        warmup = index < config.warmup_iterations
+        collect_key, update_key = jax.random.split(key)
+        explore, explore_metrics = self.behaviour(state, config, False)
+        uniform, uniform_metrics = self.behaviour(state, config, True)
+        pick = functools.partial(jax.tree.map, lambda a, b: jnp.where(warmup, a, b))
+
+        def policy(obs, carry, k):
+            return pick(uniform(obs, carry, k), explore(obs, carry, k))
+
+        state, metrics = collect(state, policy, jnp.where(warmup, key, collect_key), config)
+        state, learner_metrics = loop.run_if(
+            ~warmup,
+            lambda carry: self.updates(carry[0], update_key, config),
+            (state, nan_metrics(self.learner_metrics)),
+        )
+        return state, {**metrics, **pick(uniform_metrics, explore_metrics), **learner_metrics}
+
     def program(self, config) -> loop.Program:
         """The :class:`jaxrl.loop.Program`: ``init``, then ``config.num_iterations``
-        iterations, :meth:`warmup_step` for the first ``config.warmup_iterations`` and
-        :meth:`step` after, evaluated at ``config.num_evals`` points."""
-
-        def iteration(state, key, index):
-            # ``index`` is the scan's own counter: unbatched under vmap, so these are real
-            # branches and warm-up iterations skip the learner's work. Two one-branch loops
-            # rather than a ``lax.cond``, which refuses host-env steps under vmap.
-            warmup = index < config.warmup_iterations
-            # The metrics' shapes from the warm-up step: tracing it is much cheaper than
-            # tracing the learner's step a second time.
-            metrics = jax.tree.map(
-                lambda leaf: jnp.zeros(leaf.shape, leaf.dtype), jax.eval_shape(self.warmup_step, state, key, config)[1]
-            )
-            state, metrics = loop.run_if(
-                warmup, lambda carry: self.warmup_step(carry[0], key, config), (state, metrics)
-            )
-            return loop.run_if(~warmup, lambda carry: self.step(carry[0], key, config), (state, metrics))
-
+        iterations (:meth:`iteration`), evaluated at ``config.num_evals`` points."""
         return loop.config_program(
             config,
             self.init,
             self.step,
             functools.partial(evaluation.evaluate_config, self.act, self.initial_carry),
-            iteration=iteration,
+            iteration=lambda state, key, index: self.iteration(state, key, index, config),
             resumable=not envs.steps_on_host(config.env_id),
             restart_envs=lambda state, key: rollout.restart(state, *make_env(config), key, config.num_envs),
         )

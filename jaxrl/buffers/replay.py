@@ -189,6 +189,13 @@ def n_step(state: ReplayState, index: Index, n: int, gamma: jax.Array) -> dict:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n_step must be an integer >= 1, got {n!r}")
     data = state.data
+    if n == 1:  # the transition itself: one gather (a smaller program than the window's)
+        batch = gather(state, index)
+        batch.update(
+            discount=jnp.full(index.row.shape, gamma, data["reward"].dtype),
+            n_steps=jnp.ones(index.row.shape, jnp.int32),
+        )
+        return batch
     # Rows from ``row`` to the newest one, inclusive.
     available = (state.cursor - 1 - index.row) % state.num_rows + 1
     reward = jnp.zeros(index.row.shape, data["reward"].dtype)

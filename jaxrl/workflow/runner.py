@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl import loop
+from jaxrl import loop, prng
 from jaxrl.config import is_part, replace_paths, swept_config
 from jaxrl.workflow import distributed, metrics, program_cache, rundir, stopping
 from jaxrl.workflow import logging as jaxrl_logging
@@ -447,8 +447,11 @@ class _Programs:
 
         def init_all(key_data, values, inputs):
             def one(key, values):
-                init_key, run_key = jax.random.split(key)  # as loop.train splits it
-                return lane_program(values).init(init_key, inputs), run_key
+                init_key, run_key = jax.random.split(prng.straight(key))  # as loop.train splits it
+                # The run key kept (and checkpointed) is of the default type; ``loop.iterate`` re-types it.
+                return lane_program(values).init(init_key, inputs), jax.random.wrap_key_data(
+                    jax.random.key_data(run_key)
+                )
 
             return distributed.constrain_lanes(jax.vmap(one)(jax.random.wrap_key_data(key_data), values), mesh)
 

@@ -1,0 +1,56 @@
+"""jaxrl.prng: JAX's default threefry numbers, bit for bit, from straight-line code."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxrl import prng
+
+DRAWS = {
+    "split": lambda k: jax.random.key_data(jax.random.split(k, 5)),
+    "split 2-d": lambda k: jax.random.key_data(jax.random.split(k, (3, 4))),
+    "fold_in": lambda k: jax.random.key_data(jax.random.fold_in(k, 4_000_000_123)),
+    "bits 8": lambda k: jax.random.bits(k, (7,), jnp.uint8),
+    "bits 16": lambda k: jax.random.bits(k, (3, 5), jnp.uint16),
+    "bits 32": lambda k: jax.random.bits(k, (2, 3, 4), jnp.uint32),
+    "uniform": lambda k: jax.random.uniform(k, (9,)),
+    "normal": lambda k: jax.random.normal(k, (4, 2)),
+    "randint": lambda k: jax.random.randint(k, (6,), 0, 1_000_003),
+    "permutation": lambda k: jax.random.permutation(k, 33),
+    "categorical": lambda k: jax.random.categorical(k, jnp.linspace(-1.0, 1.0, 24).reshape(4, 6)),
+}
+
+
+@pytest.mark.parametrize("seed", [0, 7, 2**31 + 5])
+def test_straight_keys_draw_what_default_keys_draw(seed):
+    key = jax.random.key(seed)
+    straight = prng.straight(key)
+    assert straight.dtype == jax.random.wrap_key_data(jnp.zeros(2, jnp.uint32), impl=prng.THREEFRY_STRAIGHT).dtype
+    for name, draw in DRAWS.items():
+        expected = np.asarray(draw(key))
+        np.testing.assert_array_equal(np.asarray(draw(straight)), expected, err_msg=name)
+        np.testing.assert_array_equal(np.asarray(jax.jit(draw)(straight)), expected, err_msg=f"{name} under jit")
+
+
+def test_straight_under_vmap_and_for_raw_keys():
+    keys = jax.random.split(jax.random.key(3), 4)
+
+    def draws(key):
+        sub = jax.random.fold_in(jax.random.split(key)[1], 11)
+        return jax.random.uniform(sub, (3,)), jax.random.randint(sub, (2,), 0, 10)
+
+    expected = jax.vmap(draws)(keys)
+    got = jax.jit(jax.vmap(lambda k: draws(prng.straight(k))))(keys)
+    jax.tree.map(np.testing.assert_array_equal, got, expected)
+    raw = jax.random.key_data(keys)  # legacy uint32 [..., 2] keys
+    jax.tree.map(np.testing.assert_array_equal, jax.vmap(lambda k: draws(prng.straight(k)))(raw), expected)
+
+
+def test_other_keys_pass_through():
+    rbg = jax.random.key(0, impl="unsafe_rbg")
+    assert prng.straight(rbg) is rbg
+    straight = prng.straight(jax.random.key(0))
+    assert prng.straight(straight) is straight
+    not_a_key = jnp.zeros(3, jnp.float32)
+    assert prng.straight(not_a_key) is not_a_key
