@@ -19,6 +19,7 @@ through unchanged.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -86,6 +87,11 @@ THREEFRY_STRAIGHT = define_prng_impl(
 )
 
 
+@functools.cache
+def _straight_dtype():
+    return jax.eval_shape(lambda: jax.random.wrap_key_data(jnp.zeros(2, jnp.uint32), impl=THREEFRY_STRAIGHT)).dtype
+
+
 def straight(key: jax.Array) -> jax.Array:
     """``key`` as a :data:`THREEFRY_STRAIGHT` key where it is a default threefry2x32
     key (typed, or a raw uint32 ``[..., 2]`` one) and JAX draws partitionably (its
@@ -99,3 +105,11 @@ def straight(key: jax.Array) -> jax.Array:
     elif key.dtype != jnp.uint32 or key.shape[-1:] != (2,):
         return key  # not a key: JAX's own functions will say so
     return jax.random.wrap_key_data(key, impl=THREEFRY_STRAIGHT)
+
+
+def rolled(key: jax.Array) -> jax.Array:
+    """A :data:`THREEFRY_STRAIGHT` key as a default threefry2x32 one (the same numbers,
+    drawn through JAX's own loop); any other key unchanged."""
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) and key.dtype == _straight_dtype():
+        return jax.random.wrap_key_data(jax.random.key_data(key), impl="threefry2x32")
+    return key

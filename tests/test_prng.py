@@ -47,6 +47,14 @@ def test_straight_under_vmap_and_for_raw_keys():
     jax.tree.map(np.testing.assert_array_equal, jax.vmap(lambda k: draws(prng.straight(k)))(raw), expected)
 
 
+def test_rolled_returns_a_default_key_of_the_same_data():
+    key = jax.random.key(5)
+    back = prng.rolled(prng.straight(key))
+    assert back.dtype == key.dtype
+    np.testing.assert_array_equal(jax.random.key_data(back), jax.random.key_data(key))
+    assert prng.rolled(key) is key
+
+
 def test_other_keys_pass_through():
     rbg = jax.random.key(0, impl="unsafe_rbg")
     assert prng.straight(rbg) is rbg
