@@ -4,14 +4,15 @@ with floor rows and compile times, in one unattended command.
 On a bare machine with an NVIDIA GPU, from a clone of this repository (the one line this
 script needs; it installs nothing itself)::
 
-    pip install -e ".[peers]" "jax[cuda13]==$(python -c 'import jax; print(jax.__version__)')"
-    python benchmarks/gpu.py                    # at most 8 minutes on an H100-class GPU
+    pip install -e ".[peers]" && pip install "jax[cuda13]==$(python -c 'import jax; print(jax.__version__)')"
+    python benchmarks/gpu.py                    # sized for at most 8 minutes on an H100-class GPU
 
 (``jax[cuda12]`` for CUDA 12 drivers; the pinned version keeps jax and its CUDA plugin in
 step with the jax that jaxrl's install brought.) It writes ``benchmarks/results/gpu.md``
 (``--markdown`` to choose) with the device's name. ``python benchmarks/gpu.py --quick``
 runs the same code on the CPU at tiny budgets, in one process, in under a minute: the
-test suite runs it.
+test suite runs it. The budgets are estimates from CPU timings: as of 2026-12-05 the
+command has not yet run on a GPU (RESULTS.md says when it has).
 
 The entries (``ENTRIES``) are ``throughput.py``'s, scaled to a GPU: PPO on CartPole-v1
 with 2,048 envs, PPO on Breakout-MinAtar with the MinAtar CNN and 1,024 envs, DQN on
