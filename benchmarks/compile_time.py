@@ -19,8 +19,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from _harness import add_common_arguments, measure_and_emit, measure_in_child, measure_plan, peer_missing, report
-from throughput import ENTRIES, run_jaxrl, run_peer
+from _harness import add_common_arguments, measure_in_child, measure_plan, peer_missing, report
+from throughput import ENTRIES, emit_one
 
 ALGORITHMS = ("ppo", "dqn", "sac", "td3")
 HEADERS = ["run", "algorithm", "seeds", "trace s", "lower s", "XLA s", "compile s", "HLO ops", "/ rejax"]
@@ -71,13 +71,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     args.runs = 0  # compile only
     if args.one:
-        name, run, seeds = args.one
-        measure = {"jaxrl": run_jaxrl, "rejax": run_peer}[run]
-        measure_and_emit(
-            {"entry": name, "run": run, "seeds": int(seeds)},
-            lambda jax: measure(jax, ENTRIES[name], int(seeds), args),
-            packages=("gymnax", "rejax") if run == "rejax" else ("gymnax",),
-        )
+        emit_one(args, ENTRIES)
         return 0
 
     names = args.algos or list(ALGORITHMS)

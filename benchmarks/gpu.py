@@ -35,14 +35,13 @@ from _harness import (
     add_common_arguments,
     derive_timing,
     machine_info,
-    measure_and_emit,
     measure_in_child,
     measure_plan,
     peer_missing,
     report,
 )
 from throughput import ENTRIES as CPU_ENTRIES
-from throughput import FLOORS, HEADERS, ratios, row, run_floor, run_jaxrl, run_peer
+from throughput import FLOORS, HEADERS, emit_one, ratios, row, run_floor, run_jaxrl, run_peer
 
 DEFAULT_MARKDOWN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "gpu.md")
 
@@ -162,13 +161,7 @@ def main(argv=None) -> int:
     if args.quick:
         ENTRIES.update(quick_entries())
     if args.one:
-        name, run, seeds = args.one
-        measure = {"jaxrl": run_jaxrl, "rejax": run_peer, "floor": run_floor}[run]
-        measure_and_emit(
-            {"entry": name, "run": run, "seeds": int(seeds)},
-            lambda jax: measure(jax, ENTRIES[name], int(seeds), args),
-            packages=("gymnax", "rejax") if run == "rejax" else ("gymnax",),
-        )
+        emit_one(args, ENTRIES)
         return 0
 
     names = args.entries or list(ENTRIES)

@@ -1107,6 +1107,18 @@ def run_peer(jax, entry: Entry, seeds: int, args) -> dict:
     )
 
 
+def emit_one(args, entries: dict) -> None:
+    """A child's work (``--one ENTRY RUN SEEDS``): measure that row of ``entries`` and
+    print its result for the parent."""
+    name, run, seeds = args.one
+    measure = {"jaxrl": run_jaxrl, "rejax": run_peer, "floor": run_floor}[run]
+    measure_and_emit(
+        {"entry": name, "run": run, "seeds": int(seeds)},
+        lambda jax: measure(jax, entries[name], int(seeds), args),
+        packages=("gymnax", "rejax") if run == "rejax" else ("gymnax",),
+    )
+
+
 # ============================================================================ parent
 
 
@@ -1210,13 +1222,7 @@ def main(argv=None) -> int:
     if args.runs < 1 or min(args.seeds) < 1:
         parser.error("--runs and --seeds must be >= 1")
     if args.one:
-        name, run, seeds = args.one
-        measure = {"jaxrl": run_jaxrl, "rejax": run_peer, "floor": run_floor}[run]
-        measure_and_emit(
-            {"entry": name, "run": run, "seeds": int(seeds)},
-            lambda jax: measure(jax, ENTRIES[name], int(seeds), args),
-            packages=("gymnax", "rejax") if run == "rejax" else ("gymnax",),
-        )
+        emit_one(args, ENTRIES)
         return 0
 
     known = set(ENTRIES) | {entry.algorithm for entry in ENTRIES.values()}
