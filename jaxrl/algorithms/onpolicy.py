@@ -748,8 +748,8 @@ def shuffled_minibatches(key: jax.Array, batch, num_minibatches: int):
     barely changes which rows share a minibatch. Larger batches use
     ``jax.random.permutation``.
     """
-    # Drawn through JAX's own threefry loop: from straight-line code (jaxrl.prng) this
-    # draw made PPO's whole run 10-20% slower on XLA:CPU (benchmarks/RESULTS.md).
+    # Through JAX's own threefry loop: XLA:CPU ran PPO slower with this draw as straight-line
+    # code (jaxrl.prng; measured in benchmarks/RESULTS.md, "Compile time").
     key = prng.rolled(key)
     batch_size = jax.tree.leaves(batch)[0].shape[0]
     index_bits = max(1, (batch_size - 1).bit_length())
