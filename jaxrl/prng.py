@@ -6,9 +6,9 @@ an RL training program, with draws at every step of acting, sampling and explori
 are a large part of XLA's compile time. :data:`THREEFRY_STRAIGHT` is the same generator
 as JAX's default key type (threefry2x32 with ``jax_threefry_partitionable``, JAX's
 default) defined through JAX's public :func:`jax.extend.random.define_prng_impl`, with
-the hash's twenty rounds written out as array arithmetic, which XLA fuses into the
-operations that use the bits. Keys of it give bit for bit the numbers default keys give;
-only the compiled program differs.
+the hash's twenty rounds written out as array arithmetic: on CPU one kernel per draw,
+whose bits the operations that use them read. Keys of it give bit for bit the numbers
+default keys give; only the compiled program differs.
 
 :func:`straight` re-types a default key as one; ``jaxrl.loop.train`` and
 ``jaxrl.loop.iterate`` apply it to the keys they are given, so the programs jaxrl
@@ -25,6 +25,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.extend.random import define_prng_impl
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
@@ -33,16 +34,26 @@ _PARITY = np.uint32(0x1BD11BDA)
 
 def threefry2x32(k1: jax.Array, k2: jax.Array, x1: jax.Array, x2: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The Threefry-2x32 hash (20 rounds; Salmon et al., 2011) of the counter pairs
-    ``(x1, x2)`` under the key ``(k1, k2)``, all uint32, elementwise."""
-    keys = (k1, k2, k1 ^ k2 ^ _PARITY)
-    x1, x2 = x1 + keys[0], x2 + keys[1]
+    ``(x1, x2)`` under the key ``(k1, k2)``, all uint32, elementwise (``k1``, ``k2``
+    scalars or of the counters' shape)."""
+    # lax, not jnp operators: JAX traces this at every lowering of a draw, and jnp's
+    # operators each cost a jit dispatch there.
+    keys = (k1, k2, lax.bitwise_xor(lax.bitwise_xor(k1, k2), _PARITY))
+    x1, x2 = lax.add(x1, keys[0]), lax.add(x2, keys[1])
     for block in range(5):  # four rounds, then a key injection
         for rotation in _ROTATIONS[block % 2]:
-            x1 = x1 + x2
-            x2 = x1 ^ ((x2 << np.uint32(rotation)) | (x2 >> np.uint32(32 - rotation)))
-        x1 = x1 + keys[(block + 1) % 3]
-        x2 = x2 + keys[(block + 2) % 3] + np.uint32(block + 1)
+            x1 = lax.add(x1, x2)
+            rotated = lax.bitwise_or(
+                lax.shift_left(x2, np.uint32(rotation)), lax.shift_right_logical(x2, np.uint32(32 - rotation))
+            )
+            x2 = lax.bitwise_xor(x1, rotated)
+        x1 = lax.add(x1, keys[(block + 1) % 3])
+        x2 = lax.add(x2, lax.add(keys[(block + 2) % 3], np.uint32(block + 1)))
     return x1, x2
+
+
+def _words(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return lax.index_in_dim(key, 0, keepdims=False), lax.index_in_dim(key, 1, keepdims=False)
 
 
 def _hash_counts(key: jax.Array, shape: tuple[int, ...]) -> tuple[jax.Array, jax.Array]:
@@ -51,8 +62,23 @@ def _hash_counts(key: jax.Array, shape: tuple[int, ...]) -> tuple[jax.Array, jax
     size = math.prod(shape)
     if size >= 2**32:
         raise NotImplementedError(f"a draw of {size} values (at most 2**32 - 1)")
-    low = jax.lax.iota(np.uint32, size).reshape(shape)
-    return threefry2x32(key[0], key[1], jnp.zeros(shape, np.uint32), low)
+    low = lax.reshape(lax.iota(np.uint32, size), shape)
+    return threefry2x32(*_words(key), lax.full(shape, 0, np.uint32), low)
+
+
+def _computed_once(key: jax.Array, bits: jax.Array) -> jax.Array:
+    """``bits`` unchanged, computed once however many operations read them. XLA:CPU
+    would copy the hash into the kernel of each reader (every field of a reset env
+    state, every use of a draw), compiling it many times over. It does not copy an
+    integer division, so dividing by a number that is always 1 (the key's top bit, at
+    least 1) puts the hash in a kernel of its own. On other platforms ``bits`` pass
+    untouched: there JAX's own threefry is this straight code, fused into its readers."""
+
+    def divided(key, bits):
+        one = lax.max(lax.shift_right_logical(_words(key)[0], np.uint32(31)), np.uint32(1))
+        return lax.div(bits, lax.convert_element_type(one, bits.dtype))
+
+    return lax.platform_dependent(key, bits, cpu=divided, default=lambda key, bits: bits)
 
 
 def _seed(seed: jax.Array) -> jax.Array:
@@ -61,19 +87,27 @@ def _seed(seed: jax.Array) -> jax.Array:
     return jnp.stack([high, (seed & 0xFFFFFFFF).astype(np.uint32)])
 
 
+def _stacked(high: jax.Array, low: jax.Array) -> jax.Array:
+    """Two words as a key array ``[..., 2]``."""
+    return lax.concatenate([lax.expand_dims(high, (high.ndim,)), lax.expand_dims(low, (low.ndim,))], high.ndim)
+
+
 def _split(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
-    return jnp.stack(_hash_counts(key, tuple(shape)), axis=-1)
+    return _computed_once(key, _stacked(*_hash_counts(key, tuple(shape))))
 
 
 def _fold_in(key: jax.Array, data) -> jax.Array:
-    return jnp.stack(threefry2x32(key[0], key[1], jnp.zeros((), np.uint32), jnp.asarray(data, np.uint32)))
+    data = lax.convert_element_type(data, np.uint32)
+    return _stacked(*threefry2x32(*_words(key), lax.full((), 0, np.uint32), data))
 
 
 def _random_bits(key: jax.Array, bit_width: int, shape: tuple[int, ...]) -> jax.Array:
     high, low = _hash_counts(key, tuple(shape))
     if bit_width == 64:
-        return (high.astype(np.uint64) << np.uint64(32)) | low.astype(np.uint64)
-    return (high ^ low).astype({8: np.uint8, 16: np.uint16, 32: np.uint32}[bit_width])
+        wide = functools.partial(lax.convert_element_type, new_dtype=np.uint64)
+        return _computed_once(key, lax.bitwise_or(lax.shift_left(wide(high), np.uint64(32)), wide(low)))
+    bits = _computed_once(key, lax.bitwise_xor(high, low))
+    return lax.convert_element_type(bits, {8: np.uint8, 16: np.uint16, 32: np.uint32}[bit_width])
 
 
 THREEFRY_STRAIGHT = define_prng_impl(

@@ -62,3 +62,28 @@ def test_other_keys_pass_through():
     assert prng.straight(straight) is straight
     not_a_key = jnp.zeros(3, jnp.float32)
     assert prng.straight(not_a_key) is not_a_key
+
+
+def test_on_cpu_a_draw_read_many_times_is_hashed_once():
+    def read_by(consumers):
+        def f(key):
+            u = jax.random.uniform(prng.straight(key), (2,))
+            return [jnp.sin(u[0] * c) + u[1] ** c for c in range(1, consumers + 1)]
+
+        return jax.jit(f).lower(jax.random.key(0)).compile().as_text().count(" xor(")
+
+    once, many = read_by(1), read_by(6)
+    assert once >= 20  # the twenty rounds are there
+    assert many < 2 * once, (once, many)  # not a copy of the hash per reader
+
+
+def test_the_hash_is_made_a_kernel_of_its_own_only_for_cpu():
+    def draws(key):
+        key = prng.straight(key)
+        return jax.random.uniform(key, (3,)), jax.random.key_data(jax.random.split(key, 4))
+
+    def divisions(platform):
+        exported = jax.export.export(jax.jit(draws), platforms=[platform])(jax.random.key(0))
+        return exported.mlir_module().count("stablehlo.divide")
+
+    assert divisions("cpu") == 2 and divisions("cuda") == 0 and divisions("tpu") == 0
