@@ -26,7 +26,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.extend.core import Primitive
 from jax.extend.random import define_prng_impl
+from jax.interpreters import batching, mlir
 
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _PARITY = np.uint32(0x1BD11BDA)
@@ -52,6 +54,41 @@ def threefry2x32(k1: jax.Array, k2: jax.Array, x1: jax.Array, x2: jax.Array) -> 
     return x1, x2
 
 
+# The hash as one primitive: JAX traces a key type's functions at each lowering of a
+# draw, under vmap where keys are batched; a primitive batches in one step, then lowers
+# through the straight code unbatched.
+_hash_p = Primitive("threefry2x32_straight")
+_hash_p.multiple_results = True
+
+
+def _hash_shape(*words) -> tuple[int, ...]:
+    return tuple(np.broadcast_shapes(*(np.shape(w) for w in words)))
+
+
+_hash_p.def_abstract_eval(lambda *words: [jax.core.ShapedArray(_hash_shape(*words), np.uint32)] * 2)
+_hash_p.def_impl(jax.jit(threefry2x32))
+mlir.register_lowering(_hash_p, mlir.lower_fun(threefry2x32, multiple_results=True))
+
+
+def _hash_batched(words, dims):
+    """The batched hash: every word moved or broadcast to batch axis 0 and full shape."""
+    size = next(np.shape(w)[d] for w, d in zip(words, dims) if d is not None)
+    unbatched = [np.shape(w)[:d] + np.shape(w)[d + 1 :] if d is not None else np.shape(w) for w, d in zip(words, dims)]
+    shape = (size, *np.broadcast_shapes(*unbatched))
+    aligned = []
+    for w, d, own in zip(words, dims, unbatched):
+        trailing = tuple(range(len(shape) - len(own), len(shape)))  # numpy's alignment
+        if d is None:
+            aligned.append(lax.broadcast_in_dim(w, shape, trailing))
+        else:
+            w = lax.transpose(w, (d, *(i for i in range(np.ndim(w)) if i != d)))
+            aligned.append(lax.broadcast_in_dim(w, shape, (0, *trailing)))
+    return _hash_p.bind(*aligned), (0, 0)
+
+
+batching.primitive_batchers[_hash_p] = _hash_batched
+
+
 def _words(key: jax.Array) -> tuple[jax.Array, jax.Array]:
     return lax.index_in_dim(key, 0, keepdims=False), lax.index_in_dim(key, 1, keepdims=False)
 
@@ -63,7 +100,7 @@ def _hash_counts(key: jax.Array, shape: tuple[int, ...]) -> tuple[jax.Array, jax
     if size >= 2**32:
         raise NotImplementedError(f"a draw of {size} values (at most 2**32 - 1)")
     low = lax.reshape(lax.iota(np.uint32, size), shape)
-    return threefry2x32(*_words(key), lax.full(shape, 0, np.uint32), low)
+    return tuple(_hash_p.bind(*_words(key), lax.full(shape, 0, np.uint32), low))
 
 
 def _computed_once(key: jax.Array, bits: jax.Array) -> jax.Array:
@@ -98,7 +135,7 @@ def _split(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
 
 def _fold_in(key: jax.Array, data) -> jax.Array:
     data = lax.convert_element_type(data, np.uint32)
-    return _stacked(*threefry2x32(*_words(key), lax.full((), 0, np.uint32), data))
+    return _stacked(*_hash_p.bind(*_words(key), lax.full((), 0, np.uint32), data))
 
 
 def _random_bits(key: jax.Array, bit_width: int, shape: tuple[int, ...]) -> jax.Array:

@@ -46,6 +46,21 @@ def test_straight_under_vmap_and_for_raw_keys():
     raw = jax.random.key_data(keys)  # legacy uint32 [..., 2] keys
     jax.tree.map(np.testing.assert_array_equal, jax.vmap(lambda k: draws(prng.straight(k)))(raw), expected)
 
+    # batched in other places: the data folded in, two levels of keys, a key on axis 1
+    key, data = jax.random.key(8), jnp.arange(5, dtype=jnp.uint32)
+    fold = lambda k, d: jax.random.key_data(jax.random.fold_in(k, d))  # noqa: E731
+    np.testing.assert_array_equal(
+        jax.jit(jax.vmap(fold, in_axes=(None, 0)))(prng.straight(key), data),
+        jax.vmap(fold, in_axes=(None, 0))(key, data),
+    )
+    grid = jax.random.split(jax.random.key(9), (3, 2))
+    normal = lambda k: jax.random.normal(k, (2, 3))  # noqa: E731
+    for axes in ((0, 0), (1, 0)):
+        twice = lambda f: jax.vmap(jax.vmap(f, in_axes=axes[1]), in_axes=axes[0])  # noqa: E731
+        np.testing.assert_array_equal(
+            jax.jit(twice(lambda k: normal(prng.straight(k))))(grid), twice(normal)(grid), err_msg=str(axes)
+        )
+
 
 def test_rolled_returns_a_default_key_of_the_same_data():
     key = jax.random.key(5)
