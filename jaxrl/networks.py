@@ -28,6 +28,7 @@ def activation_fn(name: str):
     return ACTIVATIONS[name]
 
 
+@jax.jit  # traced once per shape: a network initialises many layers of few shapes
 def orthonormal_columns(matrix: jax.Array) -> jax.Array:
     """The Q of ``matrix [m, n]``'s QR factorisation (``m >= n``, R's diagonal positive):
     ``[m, n]`` with orthonormal columns, by Gram-Schmidt with a second pass.
