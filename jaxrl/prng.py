@@ -65,28 +65,15 @@ def _hash_shape(*words) -> tuple[int, ...]:
     return tuple(np.broadcast_shapes(*(np.shape(w) for w in words)))
 
 
+def _hash_of_broadcast_words(*words):
+    shape = _hash_shape(*words)
+    return threefry2x32(*(lax.broadcast_in_dim(w, shape, range(len(shape) - w.ndim, len(shape))) for w in words))
+
+
 _hash_p.def_abstract_eval(lambda *words: [jax.core.ShapedArray(_hash_shape(*words), np.uint32)] * 2)
-_hash_p.def_impl(jax.jit(threefry2x32))
-mlir.register_lowering(_hash_p, mlir.lower_fun(threefry2x32, multiple_results=True))
-
-
-def _hash_batched(words, dims):
-    """The batched hash: every word moved or broadcast to batch axis 0 and full shape."""
-    size = next(np.shape(w)[d] for w, d in zip(words, dims) if d is not None)
-    unbatched = [np.shape(w)[:d] + np.shape(w)[d + 1 :] if d is not None else np.shape(w) for w, d in zip(words, dims)]
-    shape = (size, *np.broadcast_shapes(*unbatched))
-    aligned = []
-    for w, d, own in zip(words, dims, unbatched):
-        trailing = tuple(range(len(shape) - len(own), len(shape)))  # numpy's alignment
-        if d is None:
-            aligned.append(lax.broadcast_in_dim(w, shape, trailing))
-        else:
-            w = lax.transpose(w, (d, *(i for i in range(np.ndim(w)) if i != d)))
-            aligned.append(lax.broadcast_in_dim(w, shape, (0, *trailing)))
-    return _hash_p.bind(*aligned), (0, 0)
-
-
-batching.primitive_batchers[_hash_p] = _hash_batched
+_hash_p.def_impl(jax.jit(_hash_of_broadcast_words))
+mlir.register_lowering(_hash_p, mlir.lower_fun(_hash_of_broadcast_words, multiple_results=True))
+batching.defbroadcasting(_hash_p)
 
 
 def _words(key: jax.Array) -> tuple[jax.Array, jax.Array]:
