@@ -119,6 +119,52 @@ class MLP(nn.Module):
         return x
 
 
+class Conv(nn.Module):
+    """A 2-D convolution with :class:`flax.linen.Conv`'s parameters and numbers (``kernel
+    [kh, kw, C, features]``, ``bias [features]``, the same names, so saved parameters
+    load either way): ``[N, H, W, C] -> [N, H', W', features]``, padding ``"VALID"`` or
+    ``"SAME"``.
+
+    On CPU it is one matrix product of the input's patches (``kh * kw`` strided slices
+    side by side) with the kernel: XLA:CPU rewrites a convolution into its fast form only
+    outside loops, so inside ``lax.scan`` (every training loop) the weight gradient of
+    ``lax.conv_general_dilated`` runs as a naive loop, several times slower than this
+    product (benchmarks/RESULTS.md, "Pixels"). Elsewhere it is ``lax.conv_general_dilated``."""
+
+    features: int
+    kernel_size: tuple[int, int]
+    strides: tuple[int, int] = (1, 1)
+    padding: str = "VALID"
+    kernel_init: Any = orthogonal()
+
+    @nn.compact
+    def __call__(self, x):
+        kernel = self.param("kernel", self.kernel_init, (*self.kernel_size, x.shape[-1], self.features))
+        bias = self.param("bias", nn.initializers.zeros, (self.features,))
+        pads = jax.lax.padtype_to_pads(x.shape[1:3], self.kernel_size, self.strides, self.padding)
+
+        def convolution(x, kernel):
+            return jax.lax.conv_general_dilated(
+                x, kernel, self.strides, pads, dimension_numbers=("NHWC", "HWIO", "NHWC")
+            )
+
+        def patches_product(x, kernel):
+            x = jnp.pad(x, ((0, 0), *pads, (0, 0)))
+            (kh, kw), (sh, sw) = self.kernel_size, self.strides
+            oh, ow = (x.shape[1] - kh) // sh + 1, (x.shape[2] - kw) // sw + 1
+            patches = jnp.concatenate(
+                [
+                    x[:, i : i + sh * (oh - 1) + 1 : sh, j : j + sw * (ow - 1) + 1 : sw]
+                    for i in range(kh)
+                    for j in range(kw)
+                ],
+                axis=-1,
+            )
+            return patches @ kernel.reshape(-1, self.features)
+
+        return jax.lax.platform_dependent(x, kernel, cpu=patches_product, default=convolution) + bias
+
+
 class MinAtarCNN(nn.Module):
     """The MinAtar torso (Young & Tian, 2019): one 3x3 conv with 16 channels then dense
     layers. Input ``[..., H, W, C]``, or a pytree whose image leaves (3 observation dims)
@@ -144,7 +190,7 @@ def minatar_conv(activation: str, layer_norm: bool = False):
     act = activation_fn(activation)
 
     def conv(x):
-        x = nn.Conv(16, (3, 3), padding="VALID", kernel_init=orthogonal())(x)
+        x = Conv(16, (3, 3))(x)
         return act(nn.LayerNorm()(x) if layer_norm else x)  # over channels, as purejaxql's MinAtar PQN
 
     return conv
@@ -183,7 +229,7 @@ class NatureEncoder(nn.Module):
         for features, kernel, stride in self.LAYERS:
             if min(x.shape[-3:-1]) < kernel:
                 raise ValueError(f"network='nature_cnn' needs images of at least 36x36, got {size[0]}x{size[1]}")
-            x = nn.Conv(features, (kernel, kernel), (stride, stride), padding="VALID", kernel_init=orthogonal())(x)
+            x = Conv(features, (kernel, kernel), (stride, stride))(x)
             x = nn.relu(x)
         return x.reshape(x.shape[0], -1)
 
@@ -196,8 +242,8 @@ class ImpalaResidualBlock(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        y = nn.Conv(self.channels, (3, 3), padding="SAME", kernel_init=orthogonal())(nn.relu(x))
-        y = nn.Conv(self.channels, (3, 3), padding="SAME", kernel_init=orthogonal())(nn.relu(y))
+        y = Conv(self.channels, (3, 3), padding="SAME")(nn.relu(x))
+        y = Conv(self.channels, (3, 3), padding="SAME")(nn.relu(y))
         return x + y
 
 
@@ -210,7 +256,7 @@ class ImpalaStack(nn.Module):
 
     @nn.compact
     def __call__(self, x):
-        x = nn.Conv(self.channels, (3, 3), padding="SAME", kernel_init=orthogonal())(x)
+        x = Conv(self.channels, (3, 3), padding="SAME")(x)
         x = nn.max_pool(x, (3, 3), strides=(2, 2), padding="SAME")
         x = ImpalaResidualBlock(self.channels)(x)
         return ImpalaResidualBlock(self.channels)(x)

@@ -269,3 +269,89 @@ def test_forward_mode_through_every_network_matches_finite_differences(name):
     shifted = [jax.tree.map(lambda x, t, sign=sign: x + sign * eps * t, floats, tangent) for sign in (1, -1)]
     for jvp_leaf, plus, minus in zip(forward, output(*shifted[0]), output(*shifted[1])):
         np.testing.assert_allclose(jvp_leaf, (plus - minus) / (2 * eps), rtol=2e-2, atol=2e-3)
+
+
+def same_pads(shape, kernel_size, stride):
+    """XLA's "SAME" padding per spatial dim: the odd row or column goes after."""
+    pads = []
+    for size, k in zip(shape, kernel_size):
+        total = max((-(-size // stride) - 1) * stride + k - size, 0)
+        pads.append((total // 2, total - total // 2))
+    return pads
+
+
+def numpy_convolution(x, kernel, stride, padding, g):
+    """A cross-correlation ``[N, H, W, C] * [kh, kw, C, O] -> [N, H', W', O]`` one kernel
+    offset at a time, and for the loss ``sum(y * g)`` the gradients of the kernel and
+    of ``x``. Returns ``(y, kernel_grad, x_grad)``."""
+    kh, kw = kernel.shape[:2]
+    pads = same_pads(x.shape[1:3], (kh, kw), stride) if padding == "SAME" else [(0, 0), (0, 0)]
+    xp = np.pad(x.astype(np.float64), ((0, 0), *pads, (0, 0)))
+    rows, cols = (xp.shape[1] - kh) // stride + 1, (xp.shape[2] - kw) // stride + 1
+    y = np.zeros((x.shape[0], rows, cols, kernel.shape[3]))
+    kernel_grad, xp_grad = np.zeros(kernel.shape), np.zeros(xp.shape)
+    for i in range(kh):
+        for j in range(kw):
+            window = (
+                slice(None),
+                slice(i, i + stride * (rows - 1) + 1, stride),
+                slice(j, j + stride * (cols - 1) + 1, stride),
+            )
+            y += xp[window] @ kernel[i, j]
+            kernel_grad[i, j] = np.einsum("nhwc,nhwo->co", xp[window], g)
+            xp_grad[window] += g @ kernel[i, j].T
+    (top, _), (left, _) = pads
+    return y, kernel_grad, xp_grad[:, top : top + x.shape[1], left : left + x.shape[2]]
+
+
+CONV_CASES = [
+    ((3, 3), 1, "VALID", (2, 10, 10, 4)),
+    ((8, 8), 4, "VALID", (2, 36, 36, 3)),
+    ((3, 3), 1, "SAME", (2, 9, 7, 5)),
+    ((4, 4), 2, "SAME", (1, 9, 8, 3)),
+]
+
+
+@pytest.mark.parametrize("kernel_size, stride, padding, shape", CONV_CASES)
+def test_conv_and_its_gradients_equal_a_numpy_convolution(kernel_size, stride, padding, shape):
+    """``networks.Conv`` has ``nn.Conv``'s parameters (names, shapes, initial values) and
+    its output, kernel gradient and input gradient are a NumPy loop's, on random inputs."""
+    import flax.linen as nn
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=shape).astype(np.float32)
+    conv = networks.Conv(6, kernel_size, (stride, stride), padding)
+    params = conv.init(jax.random.key(1), x)
+    flax_conv = nn.Conv(6, kernel_size, (stride, stride), padding=padding, kernel_init=networks.orthogonal())
+    assert jax.tree.all(jax.tree.map(np.array_equal, params, flax_conv.init(jax.random.key(1), x)))
+    params = jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape), jnp.float32), params)
+    kernel, bias = (np.asarray(params["params"][name], np.float64) for name in ("kernel", "bias"))
+
+    g = rng.normal(size=conv.apply(params, x).shape)
+    y, kernel_grad, x_grad = numpy_convolution(x, kernel, stride, padding, g)
+    np.testing.assert_allclose(conv.apply(params, x), y + bias, rtol=1e-4, atol=1e-4)
+    grads = jax.grad(lambda p, x: jnp.sum(conv.apply(p, x) * g), argnums=(0, 1))(params, x)
+    np.testing.assert_allclose(grads[0]["params"]["kernel"], kernel_grad, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(grads[0]["params"]["bias"], g.sum(axis=(0, 1, 2)), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(grads[1], x_grad, rtol=1e-4, atol=1e-3)
+
+
+def test_conv_in_a_scan_has_no_xla_convolution_on_cpu_and_keeps_it_elsewhere():
+    """Inside ``lax.scan`` XLA:CPU leaves a convolution's weight gradient a naive loop, so
+    on CPU the convolution is a product of patches; CUDA and TPU keep XLA's convolution."""
+    conv = networks.Conv(4, (3, 3))
+    x = jnp.ones((2, 6, 6, 3))
+    params = jax.eval_shape(conv.init, jax.random.key(0), x)
+
+    def training_loop(params, x):
+        def sgd(params, _):
+            grads = jax.grad(lambda p: jnp.sum(conv.apply(p, x) ** 2))(params)
+            return jax.tree.map(lambda p, g: p - 0.1 * g, params, grads), None
+
+        return jax.lax.scan(sgd, params, None, length=3)[0]
+
+    def convolutions(platform):
+        exported = jax.export.export(jax.jit(training_loop), platforms=[platform])(params, x)
+        return exported.mlir_module().count("stablehlo.convolution")
+
+    assert convolutions("cpu") == 0 and convolutions("cuda") >= 2 and convolutions("tpu") >= 2
