@@ -6,8 +6,8 @@ given return than DQN with replay, and as fast as PPO).
     python benchmarks/equal_time.py --seconds 60 --seeds 1 --algorithms pqn ppo
     python benchmarks/equal_time.py --env CartPole-v1 --seconds 30
 
-Each algorithm runs at its settings for the env (``SETTINGS``: PQN's and PPO's presets;
-DQN's are the MinAtar paper's, Young & Tian 2019, on the MinAtar CNN). A budget only
+Each algorithm runs at its preset for the env (DQN's on MinAtar: the MinAtar paper's,
+Young & Tian 2019, on the MinAtar CNN) with ``SETTINGS`` over it. A budget only
 means something with the schedules that go with it (epsilon, learning-rate annealing),
 so each algorithm gets the env steps it can take in ``--seconds``: a probe run of
 ``--probe-steps`` env steps (no evaluation, learning from the first iteration on)
@@ -30,30 +30,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _harness import fmt  # noqa: E402
 
 # Per env: {algorithm: Config fields over its preset}.
-MINATAR_DQN = dict(
-    # The MinAtar paper's DQN (Young & Tian, 2019): its CNN, batches of 32, one update per
-    # env step, replay of 100k, the target copied every 1,000 updates, epsilon 1 -> 0.1
-    # over the first 100k steps, training from 5k; Adam here (theirs: RMSProp).
-    network="cnn",
-    hidden_sizes=(128,),
-    num_envs=16,
-    num_steps=1,
-    num_updates=16,
-    batch_size=32,
-    buffer_size=100_000,
-    learning_starts=5_000,
-    target_update_period=1_000,
-    learning_rate=2.5e-4,
-    double=False,
-    dueling=False,
-    n_step=1,
-    prioritized=None,
-)
 SETTINGS = {
-    "Breakout-MinAtar": {"pqn": {}, "ppo": {}, "dqn": MINATAR_DQN},
+    "Breakout-MinAtar": {"pqn": {}, "ppo": {}, "dqn": {}},
     "CartPole-v1": {"pqn": {}, "ppo": {}, "dqn": {}},
 }
-EXPLORATION_STEPS = 100_000  # MINATAR_DQN's epsilon anneals over these env steps
+EXPLORATION_STEPS = 100_000  # DQN's MinAtar preset anneals epsilon over these env steps
 
 
 def config_for(algorithm: str, env_id: str, total_timesteps: int, probe: bool = False):

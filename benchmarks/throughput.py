@@ -60,7 +60,7 @@ class Entry:
     ``env_id`` with the Config fields ``config`` (a part's field by its dotted path), for
     ``budget`` env steps per seed (BC: gradient updates; ``quick`` under --quick); beside
     it rejax's ``peer`` class, created with ``peer_config``. ``notes``: what still differs
-    between the two."""
+    between the two. With ``preset``, ``config`` changes the algorithm's preset for the env."""
 
     algorithm: str
     title: str
@@ -71,6 +71,7 @@ class Entry:
     peer: str | None = None
     peer_config: dict = dataclasses.field(default_factory=dict)
     notes: tuple = ()
+    preset: bool = False  # start from the algorithm's preset for env_id, not its Config's defaults
 
 
 OFFPOLICY_NOTES = (
@@ -347,6 +348,59 @@ ENTRIES = {
             **{"exploration.end": 0.05, "exploration.fraction": 0.1},
         ),
     ),
+    # Pixels: DQN and PPO with convolutional torsos, on MinAtar (the MinAtar CNN) and on
+    # envpool Atari frames (84x84x4, the Nature DQN CNN). No peer: rejax has no CNN agent.
+    "dqn-minatar": Entry(
+        "dqn",
+        "DQN on Breakout-MinAtar at its preset (the MinAtar paper's DQN, the MinAtar CNN)",
+        "Breakout-MinAtar",
+        budget=50_000,
+        quick=6_000,
+        preset=True,
+    ),
+    "ppo-minatar-cnn": Entry(
+        "ppo",
+        "PPO on Breakout-MinAtar with the MinAtar CNN at the preset's batch shapes (64 envs x 128 steps, "
+        "4 epochs x 8 minibatches)",
+        "Breakout-MinAtar",
+        budget=262_144,
+        quick=16_384,
+        config=dict(network="cnn", hidden_sizes=(256,), num_envs=64, num_steps=128, num_minibatches=8, num_epochs=4),
+    ),
+    "dqn-atari": Entry(
+        "dqn",
+        "DQN on envpool Pong-v5 (84x84x4 frames, the Nature CNN): 8 envs, one batch of 32 per 4 env steps",
+        "envpool:Pong-v5",
+        budget=8_192,
+        quick=1_024,
+        config=dict(
+            env_kwargs={"channels_last": True},
+            network="nature_cnn",
+            hidden_sizes=(512,),
+            num_envs=8,
+            num_steps=4,
+            num_updates=8,
+            batch_size=32,
+            buffer_size=10_000,  # transitions: 84x84x4 frames twice each, about 0.6 GB
+            learning_starts=1_024,
+        ),
+    ),
+    "ppo-atari": Entry(
+        "ppo",
+        "PPO on envpool Pong-v5 (84x84x4 frames, the Nature CNN): 8 envs x 128 steps, 4 epochs x 4 minibatches",
+        "envpool:Pong-v5",
+        budget=8_192,
+        quick=1_024,
+        config=dict(
+            env_kwargs={"channels_last": True},
+            network="nature_cnn",
+            hidden_sizes=(512,),
+            num_envs=8,
+            num_steps=128,
+            num_minibatches=4,
+            num_epochs=4,
+        ),
+    ),
     # IQN: the "iqn" section of rejax's configs/gymnax/cartpole.yaml (in the rejax
     # repository) with the replay shape of the DQN entry above (10 envs, 5 updates of 100
     # per iteration; the yaml: one env, batches of 1), the paper's N = N' = 64 and K = 32,
@@ -589,9 +643,8 @@ def jaxrl_config(entry: Entry, quick: bool):
     budget = {"num_updates" if entry.algorithm == "bc" else "total_timesteps": entry.quick if quick else entry.budget}
     fields = {name: value for name, value in entry.config.items() if "." not in name}
     in_parts = {name: value for name, value in entry.config.items() if "." in name}  # "exploration.std"
-    config = module.Config(
-        env_id=entry.env_id, num_reports=0, num_evals=EVALS, eval_episodes=EVAL_EPISODES, **budget, **fields
-    )
+    make = module.preset if entry.preset else module.Config
+    config = make(env_id=entry.env_id, num_reports=0, num_evals=EVALS, eval_episodes=EVAL_EPISODES, **budget, **fields)
     return module, replace_paths(config, in_parts)
 
 

@@ -151,8 +151,32 @@ class Config(QLearningConfig):
         require_range(self, "tau", 0.0, 1.0, low_open=True)
 
 
+# The MinAtar paper's DQN (Young & Tian, 2019): its CNN (one 3x3 convolution of 16
+# filters, 128 units), batches of 32, one update per env step, replay of 100k, the
+# target copied every 1,000 updates, epsilon 1 -> 0.1 over the first 100k steps,
+# training from 5k steps; Adam where the paper has RMSProp. 500k steps: what 2 CPU cores
+# train for 4 seeds in about 20 minutes (the paper: 5M; benchmarks/RESULTS.md, "Pixels").
+MINATAR = dict(
+    network="cnn",
+    hidden_sizes=(128,),
+    num_envs=16,
+    num_steps=1,
+    num_updates=16,
+    batch_size=32,
+    buffer_size=100_000,
+    learning_starts=5_000,
+    target_update_period=1_000,
+    learning_rate=2.5e-4,
+    double=False,
+    dueling=False,
+    n_step=1,
+    prioritized=None,
+    total_timesteps=500_000,
+    exploration=EpsilonGreedy(start=1.0, end=0.1, fraction=100_000 / 500_000),
+)
 PRESETS = {
     "CartPole-v1": {},
+    **{f"{game}-MinAtar": MINATAR for game in ("Asterix", "Breakout", "Freeway", "SpaceInvaders")},
     # rl-baselines3-zoo's DQN for MountainCar-v0 (hyperparams/dqn.yml: 256x256 layers,
     # learning rate 4e-3, batches of 128 from 10k transitions, 8 updates per 16 steps,
     # the target copied every 600 steps, epsilon to 0.07 over a fifth of the run) with
