@@ -99,8 +99,11 @@ class Config(onpolicy.SingleAgent, Settings, onpolicy.Config):
     """
 
 
-# gymnax-blines' PPO for the MinAtar games (agents/<game>-MinAtar/ppo.yaml), except that
-# their learning rate warms up first and ours is constant from the start.
+# gymnax-blines' PPO for the MinAtar games (agents/<game>-MinAtar/ppo.yaml and
+# utils/ppo.py): separate 256 x 256 relu actor and critic on the flattened grid, a
+# constant learning rate (their warm-up runs from lr_begin to an equal lr_end), value
+# clipping, advantages standardised per minibatch. Still theirs alone: lecun-normal
+# kernels, and time limits treated as terminal.
 MINATAR = dict(
     num_envs=64,
     num_steps=128,
@@ -111,6 +114,7 @@ MINATAR = dict(
     anneal_lr=False,
     gamma=0.999,
     hidden_sizes=(256, 256),
+    activation="relu",
 )
 
 PRESETS = {
