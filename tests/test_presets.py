@@ -44,6 +44,11 @@ def test_learning_table_statistics_against_numpy():
     assert summary["reached_zoo"] == 2  # rl-baselines3-zoo's PPO: 500 too
     low, high = summary["ci"]
     assert 499 <= low <= summary["iqm"] <= high <= 500
+    # A row with a reference of its own: DQN on MinAtar beside the MinAtar paper's DQN (8.3
+    # at 500k steps on Breakout), not gymnax-blines' PPO (28 at 10M).
+    minatar = learning_table.Row("dqn", "Breakout-MinAtar", 500_000)
+    summary = learning_table.summarise({"eval_returns": [[9.0], [5.0]], "eval_steps": [500_000]}, minatar, rng)
+    assert summary["reached"] == 1
     overrides = learning_table.parse_overrides("n_step=3 hidden_sizes=(256,256) exploration=ou")
     assert overrides == {"n_step": 3, "hidden_sizes": (256, 256), "exploration": "ou"}
     # A row's settings replace the preset's fields, and --set replaces the row's.
