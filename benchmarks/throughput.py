@@ -27,7 +27,9 @@ same seeds; / floor = jaxrl's steps/s as a share of the floor's; final eval retu
 mean over seeds of the last evaluation. Both libraries evaluate ``EVALS`` times per run,
 ``EVAL_EPISODES`` episodes each, inside the timed run, as jaxrl's Configs do by default.
 rejax evaluates after equal blocks of iterations, so it may train a few iterations more
-to fit ``EVALS`` blocks; steps/s counts each side's own steps.
+to fit ``EVALS`` blocks; steps/s counts each side's own steps. ``--no-evals``: jaxrl's
+runs evaluate never, the floor's work alone (MinAtar's and Atari's evaluation episodes
+are long and not in the floor).
 """
 
 from __future__ import annotations
@@ -680,6 +682,8 @@ def run_jaxrl(jax, entry: Entry, seeds: int, args) -> dict:
     from jaxrl.workflow import metrics
 
     module, config = jaxrl_config(entry, args.quick)
+    if getattr(args, "no_evals", False):
+        config = config.replace(num_evals=0)
     keys = jax.random.split(jax.random.key(args.seed), seeds)
     if entry.algorithm == "bc":  # learns from a dataset, shared by the seeds
         train, inputs = jax.vmap(module.train, in_axes=(0, None, None)), (keys, config, random_dataset(jax, config))
@@ -1267,6 +1271,12 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="a smoke test of every entry: tiny budgets, 1 run, 1 seed")
     parser.add_argument("--no-peers", action="store_true", help="measure no rejax rows, even if rejax is installed")
     parser.add_argument("--no-floor", action="store_true", help="measure no floor rows")
+    parser.add_argument(
+        "--no-evals",
+        action="store_true",
+        help="jaxrl rows train without evaluations, the floor's work only (where evaluation episodes are long: "
+        "MinAtar, Atari); rejax rows still evaluate",
+    )
     parser.add_argument("--plot", metavar="PNG", help="write a bar chart of steps/s (matplotlib)")
     add_common_arguments(parser, ("ENTRY", "RUN", "SEEDS"))
     args = parser.parse_args(argv)
@@ -1293,7 +1303,10 @@ def main(argv=None) -> int:
     results = measure_plan(
         plan,
         lambda item: measure_in_child(
-            __file__, dict(zip(("entry", "run", "seeds"), item, strict=True)), args, ("runs", "seed", "quick")
+            __file__,
+            dict(zip(("entry", "run", "seeds"), item, strict=True)),
+            args,
+            ("runs", "seed", "quick", "no_evals"),
         ),
         label=lambda item: f"{item[0]}: {item[1]}, {item[2]} seed{'s' * (item[2] > 1)}",
     )
@@ -1310,7 +1323,9 @@ def main(argv=None) -> int:
         )
         notes += [f"{name}: {note}" for note in entry.notes]
     notes += ([peer_note] if peer_note else []) + [
-        f"evaluation: {EVALS} x {EVAL_EPISODES} episodes per run on both sides, inside the timed run.",
+        "evaluation: none in jaxrl's runs (--no-evals)"
+        if args.no_evals
+        else f"evaluation: {EVALS} x {EVAL_EPISODES} episodes per run on both sides, inside the timed run.",
         "floor: the run's env steps and network passes only (acting forward passes, bootstrap values, the learner's "
         "forward and backward passes on batches of the same shapes), each backward pass followed by a tiny SGD step "
         "so that nothing is hoisted; no sampling, loss arithmetic, replay, optimiser or evaluation.",

@@ -175,7 +175,9 @@ MINATAR = dict(
     exploration=EpsilonGreedy(start=1.0, end=0.1, fraction=100_000 / 500_000),
 )
 PRESETS = {
-    "CartPole-v1": {},
+    # The defaults with the learning rate annealed to 0: at a constant rate some seeds
+    # fall from 500 late in the run (benchmarks/RESULTS.md, "Presets on a fresh seed").
+    "CartPole-v1": dict(anneal_lr=True),
     **{f"{game}-MinAtar": MINATAR for game in ("Asterix", "Breakout", "Freeway", "SpaceInvaders")},
     # rl-baselines3-zoo's DQN for MountainCar-v0 (hyperparams/dqn.yml: 256x256 layers,
     # learning rate 4e-3, batches of 128 from 10k transitions, 8 updates per 16 steps,
