@@ -161,7 +161,7 @@ ROWS = (
         for a in DISCRETE
     ),
     # PPO at gymnax-blines' 10M steps (about 17 minutes for 4 seeds here); DQN at its
-    # preset's 500k, what 2 cores train for 4 seeds in about 20 minutes with the CNN.
+    # preset's 500k, what 2 cores train for 4 seeds in about 26 minutes with the CNN.
     *(
         Row(a, f"{game}-MinAtar", budget)
         for game in ("Asterix", "Breakout", "Freeway", "SpaceInvaders")

@@ -155,7 +155,7 @@ class Config(QLearningConfig):
 # filters, 128 units), batches of 32, one update per env step, replay of 100k, the
 # target copied every 1,000 updates, epsilon 1 -> 0.1 over the first 100k steps,
 # training from 5k steps; Adam where the paper has RMSProp. 500k steps: what 2 CPU cores
-# train for 4 seeds in about 20 minutes (the paper: 5M; benchmarks/RESULTS.md, "Pixels").
+# train for 4 seeds in about 26 minutes (the paper: 5M; benchmarks/RESULTS.md, "Pixels").
 MINATAR = dict(
     network="cnn",
     hidden_sizes=(128,),
