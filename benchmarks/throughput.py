@@ -53,6 +53,8 @@ from _harness import (
 )
 
 EVALS, EVAL_EPISODES = 10, 10
+# The Atari entries' env and network: envpool's frames [84, 84, 4], the Nature DQN torso, 8 envs.
+ATARI = dict(env_kwargs={"channels_last": True}, network="nature_cnn", hidden_sizes=(512,), num_envs=8)
 RUNS = ("jaxrl", "rejax", "floor")
 
 
@@ -376,10 +378,7 @@ ENTRIES = {
         budget=8_192,
         quick=1_024,
         config=dict(
-            env_kwargs={"channels_last": True},
-            network="nature_cnn",
-            hidden_sizes=(512,),
-            num_envs=8,
+            ATARI,
             num_steps=4,
             num_updates=8,
             batch_size=32,
@@ -394,10 +393,7 @@ ENTRIES = {
         budget=8_192,
         quick=1_024,
         config=dict(
-            env_kwargs={"channels_last": True},
-            network="nature_cnn",
-            hidden_sizes=(512,),
-            num_envs=8,
+            ATARI,
             num_steps=128,
             num_minibatches=4,
             num_epochs=4,
