@@ -122,8 +122,8 @@ class MLP(nn.Module):
 class Conv(nn.Module):
     """A 2-D convolution with :class:`flax.linen.Conv`'s parameters and numbers (``kernel
     [kh, kw, C, features]``, ``bias [features]``, the same names, so saved parameters
-    load either way): ``[N, H, W, C] -> [N, H', W', features]``, padding ``"VALID"`` or
-    ``"SAME"``.
+    load either way): ``[..., H, W, C] -> [..., H', W', features]`` (any leading dims),
+    padding ``"VALID"`` or ``"SAME"``.
 
     On CPU it is one matrix product of the input's patches (``kh * kw`` strided slices
     side by side) with the kernel: XLA:CPU rewrites a convolution into its fast form only
@@ -139,8 +139,14 @@ class Conv(nn.Module):
 
     @nn.compact
     def __call__(self, x):
+        if self.padding not in ("VALID", "SAME"):
+            raise ValueError(f"Conv padding must be 'VALID' or 'SAME', got {self.padding!r}")
+        if x.ndim < 3:
+            raise ValueError(f"Conv needs images [..., H, W, C], got an input of shape {x.shape}")
         kernel = self.param("kernel", self.kernel_init, (*self.kernel_size, x.shape[-1], self.features))
         bias = self.param("bias", nn.initializers.zeros, (self.features,))
+        leading = x.shape[:-3]
+        x = jnp.asarray(x, kernel.dtype).reshape((-1,) + x.shape[-3:])
         pads = jax.lax.padtype_to_pads(x.shape[1:3], self.kernel_size, self.strides, self.padding)
 
         def convolution(x, kernel):
@@ -162,7 +168,8 @@ class Conv(nn.Module):
             )
             return patches @ kernel.reshape(-1, self.features)
 
-        return jax.lax.platform_dependent(x, kernel, cpu=patches_product, default=convolution) + bias
+        y = jax.lax.platform_dependent(x, kernel, cpu=patches_product, default=convolution) + bias
+        return y.reshape(leading + y.shape[1:])
 
 
 class MinAtarCNN(nn.Module):

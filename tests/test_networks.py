@@ -336,6 +336,18 @@ def test_conv_and_its_gradients_equal_a_numpy_convolution(kernel_size, stride, p
     np.testing.assert_allclose(grads[1], x_grad, rtol=1e-4, atol=1e-3)
 
 
+def test_conv_keeps_leading_dims_and_refuses_bad_input():
+    conv = networks.Conv(5, (3, 3))
+    x = jnp.ones((2, 3, 6, 6, 4), jnp.uint8)  # two leading dims, integer pixels
+    params = jax.eval_shape(conv.init, jax.random.key(0), x)
+    assert jax.eval_shape(conv.apply, params, x).shape == (2, 3, 4, 4, 5)
+    assert jax.eval_shape(conv.apply, params, x[0, 0]).shape == (4, 4, 5)  # one image
+    with pytest.raises(ValueError, match="padding must be 'VALID' or 'SAME'"):
+        jax.eval_shape(networks.Conv(5, (3, 3), padding="CIRCULAR").init, jax.random.key(0), x)
+    with pytest.raises(ValueError, match=r"images \[..., H, W, C\]"):
+        jax.eval_shape(conv.init, jax.random.key(0), jnp.ones((6, 4)))
+
+
 def test_conv_in_a_scan_has_no_xla_convolution_on_cpu_and_keeps_it_elsewhere():
     """Inside ``lax.scan`` XLA:CPU leaves a convolution's weight gradient a naive loop, so
     on CPU the convolution is a product of patches; CUDA and TPU keep XLA's convolution."""
