@@ -160,8 +160,8 @@ ROWS = (
         for env_id in ("Catch-bsuite", "DeepSea-bsuite", "UmbrellaChain-bsuite", "DiscountingChain-bsuite")
         for a in DISCRETE
     ),
-    # PPO at gymnax-blines' 10M steps (about 17 minutes for 4 seeds here); DQN at its
-    # preset's 500k, what 2 cores train for 4 seeds in about 26 minutes with the CNN.
+    # PPO at gymnax-blines' 10M steps; DQN at its preset's 500k, as its CNN update is
+    # the cost (wall times: benchmarks/RESULTS.md, "Pixels").
     *(
         Row(a, f"{game}-MinAtar", budget)
         for game in ("Asterix", "Breakout", "Freeway", "SpaceInvaders")
@@ -304,8 +304,8 @@ def measure_row(jax, row: Row, seeds: int, seed: int, overrides: dict | None = N
     evals = np.asarray(jax.device_get(out.metrics["eval_return"]))  # [seeds, iterations]
     steps = np.asarray(jax.device_get(out.metrics["timesteps"]))
     points = ~np.isnan(evals[0])
-    # The behaviour policy's returns over the last tenth of the run (sampled actions, as
-    # gymnax-blines evaluates), beside the greedy evaluations.
+    # The behaviour policy's returns over the last tenth of the run (PPO's sampled actions,
+    # as gymnax-blines evaluates; DQN's epsilon-greedy ones), beside the greedy evaluations.
     episodes = np.asarray(jax.device_get(out.metrics["episode_return"]))
     last = episodes[:, -max(1, episodes.shape[1] // 10) :]
     return dict(

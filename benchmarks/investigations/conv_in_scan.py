@@ -12,7 +12,9 @@ form, so the kernel-gradient convolution runs as a naive loop; outside one it do
 from __future__ import annotations
 
 import argparse
+import functools
 import time
+from collections.abc import Callable
 
 import flax.linen as nn
 import jax
@@ -43,7 +45,7 @@ def layers(torso: str):
 
 class Net(nn.Module):
     torso: str
-    conv: type
+    conv: Callable  # builds a convolution layer: nn.Conv or networks.Conv
 
     @nn.compact
     def __call__(self, x):
@@ -64,7 +66,7 @@ def milliseconds(fn, calls: int) -> float:
     return (time.perf_counter() - start) / calls * 1e3
 
 
-def measure(torso: str, batch: int, image: tuple, conv: type, steps: int) -> tuple[float, float]:
+def measure(torso: str, batch: int, image: tuple, conv: Callable, steps: int) -> tuple[float, float]:
     net = Net(torso, conv)
     x = jax.random.uniform(jax.random.key(0), (batch, *image))
     params = net.init(jax.random.key(1), x)
@@ -88,8 +90,7 @@ def main() -> None:
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name in args.cases or CASES:
         torso, batch, image = CASES[name]
-        flax_conv = lambda *a, **k: nn.Conv(*a, **k, kernel_init=networks.orthogonal())  # noqa: E731
-        xla = measure(torso, batch, image, flax_conv, args.steps)
+        xla = measure(torso, batch, image, functools.partial(nn.Conv, kernel_init=networks.orthogonal()), args.steps)
         patches = measure(torso, batch, image, networks.Conv, args.steps)
         print(
             f"| {torso} {image[0]}x{image[1]}x{image[2]} | {batch} | {xla[0]:.2f} | {xla[1]:.2f} | {patches[0]:.2f} "

@@ -154,8 +154,8 @@ class Config(QLearningConfig):
 # The MinAtar paper's DQN (Young & Tian, 2019): its CNN (one 3x3 convolution of 16
 # filters, 128 units), batches of 32, one update per env step, replay of 100k, the
 # target copied every 1,000 updates, epsilon 1 -> 0.1 over the first 100k steps,
-# training from 5k steps; Adam where the paper has RMSProp. 500k steps: what 2 CPU cores
-# train for 4 seeds in about 26 minutes (the paper: 5M; benchmarks/RESULTS.md, "Pixels").
+# training from 5k steps; Adam where the paper has RMSProp. 500k steps, a tenth of the
+# paper's, so that 4 seeds train on a 2-core CPU (benchmarks/RESULTS.md, "Pixels").
 MINATAR = dict(
     network="cnn",
     hidden_sizes=(128,),
