@@ -80,6 +80,7 @@ class Config(offpolicy.ReplaySchedule):
     memory_size: int = static(64)  # each recurrent core's units
     windows: Windows = Windows()  # with memory: replayed windows (length, burn-in, period)
     normalize_observations: bool = static(False)  # running stats in params; replay keeps raw observations
+    replay_obs_dtype: Any = static(None)  # "uint8" / "bool": replay keeps 0/1 or 8-bit observations compact
     scale_rewards: bool = static(False)  # divide rewards by the running std of the discounted return
     num_evals: int = static(10)
     eval_episodes: int = static(10)
@@ -94,6 +95,7 @@ class Config(offpolicy.ReplaySchedule):
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
         self.check_schedule()
         offpolicy.check_normalization(self)
+        offpolicy.check_replay_obs_dtype(self)
         spec = self.check_actions()
         networks.require_network(self, spec, check_whole_network)
         require_choice(self, "memory", networks.MEMORY_KINDS)

@@ -61,7 +61,8 @@ def example_transition(config: Config) -> dict:
     """One n-step transition as the learner's replay stores it: a step's fields with the
     summed ``reward``, the ``discount`` ``gamma ** m`` and the last step's ``next_obs``
     and flags."""
-    return {**example_step(config), "discount": jnp.zeros((), jnp.float32)}
+    example = {**example_step(config), "discount": jnp.zeros((), jnp.float32)}
+    return offpolicy.stored_observations(example, config)
 
 
 def initial_tail(config: Config) -> dict:

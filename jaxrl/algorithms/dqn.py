@@ -144,7 +144,12 @@ class Config(QLearningConfig):
     """
 
     scale_rewards: bool = static(False)  # divide rewards by the running std of the discounted return
+    replay_obs_dtype: Any = static(None)  # "uint8" / "bool": replay keeps 0/1 or 8-bit observations compact
     tau: float = 1.0  # target <- tau * online + (1 - tau) * target every target_update_period; 1: a copy
+
+    def __post_init__(self):
+        super().__post_init__()
+        offpolicy.check_replay_obs_dtype(self)
 
     def check_traced(self) -> None:
         super().check_traced()
@@ -173,6 +178,7 @@ MINATAR = dict(
     prioritized=None,
     total_timesteps=500_000,
     exploration=EpsilonGreedy(start=1.0, end=0.1, fraction=100_000 / 500_000),
+    replay_obs_dtype="bool",  # MinAtar's grids are 0/1: a quarter of the memory, a cheaper sample
 )
 PRESETS = {
     # The defaults with the learning rate annealed to 0: at a constant rate some seeds

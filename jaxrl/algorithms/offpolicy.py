@@ -4,7 +4,7 @@ until ``learning_starts`` and then learns.
 
 The helpers read these fields of an algorithm's config: ``env_id``, ``env_kwargs``,
 ``num_envs``, ``num_steps``, ``batch_size``, ``buffer_size``, ``n_step``, ``gamma``,
-``normalize_observations``, ``scale_rewards``, ``num_evals``, ``num_reports`` and the
+``normalize_observations``, ``replay_obs_dtype``, ``scale_rewards``, ``num_evals``, ``num_reports`` and the
 derived sizes of :class:`ReplaySchedule`, which every off-policy Config mixes in.
 
 Observation normalisation keeps replay raw: running statistics of every collected
@@ -111,6 +111,26 @@ def make_env(config):
     return env, env_params
 
 
+# What ``replay_obs_dtype`` may name: exact for observations whose values are already
+# small integers (0/1 grids, 8-bit frames).
+REPLAY_OBS_DTYPES = ("uint8", "bool")
+
+
+def check_replay_obs_dtype(config) -> None:
+    """ValueError unless ``config.replay_obs_dtype`` is None or one of
+    :data:`REPLAY_OBS_DTYPES`, for an env whose observation is one array."""
+    dtype = config.replay_obs_dtype
+    if dtype is None:
+        return
+    if dtype not in REPLAY_OBS_DTYPES:
+        raise ValueError(f"replay_obs_dtype must be None or one of {REPLAY_OBS_DTYPES}, got {dtype!r}")
+    if envs.config_spec(config).structured:
+        raise ValueError(
+            f"replay_obs_dtype={dtype!r} needs an array observation; env_id {config.env_id!r} has a "
+            "structured (dict or tuple) one"
+        )
+
+
 def check_normalization(config) -> None:
     """ValueErrors for ``normalize_observations`` / ``scale_rewards`` settings that
     cannot work (called from an off-policy Config's ``__post_init__``)."""
@@ -138,8 +158,22 @@ def observe(params: dict, obs, config):
     return envs.normalize_observation(params["obs_stats"], obs)
 
 
+def stored_observations(example: dict, config) -> dict:
+    """A transition ``example`` with ``obs`` and ``next_obs`` at ``config.replay_obs_dtype``:
+    what a replay buffer is allocated from (additions are cast to it). Configs without the
+    field (R2D2's) store observations as the env emits them."""
+    dtype = getattr(config, "replay_obs_dtype", None)
+    if dtype is None:
+        return example
+    return {**example, **{name: example[name].astype(dtype) for name in ("obs", "next_obs")}}
+
+
 def observe_batch(params: dict, batch: dict, config) -> dict:
-    """A replay batch with its ``obs`` and ``next_obs`` as the networks read them (:func:`observe`)."""
+    """A replay batch with its ``obs`` and ``next_obs`` as the networks read them: back at
+    the env's dtype where replay stores them at ``replay_obs_dtype``, then :func:`observe`."""
+    if getattr(config, "replay_obs_dtype", None) is not None:  # R2D2's and offline Configs have none
+        dtype = envs.config_spec(config).obs_dtype
+        batch = {**batch, **{name: batch[name].astype(dtype) for name in ("obs", "next_obs")}}
     if not config.normalize_observations:
         return batch
     return {**batch, **{name: observe(params, batch[name], config) for name in ("obs", "next_obs")}}
@@ -184,7 +218,7 @@ def init_buffer(obs, action, config, use_priorities: bool = False):
     ``N * A`` agents (:func:`replay_lanes`) and ``buffer_size`` counts agent-transitions."""
     buffers = prioritized if use_priorities else replay
     obs, action = replay_lanes((obs, action), config)
-    example = example_transition(obs, action)
+    example = stored_observations(example_transition(obs, action), config)
     if envs.config_spec(config).padding_steps:
         example["valid"] = jnp.zeros((), bool)
     return buffers.init(example, config.buffer_size, action.shape[0])
@@ -195,7 +229,8 @@ def init_sequence_buffer(obs, action, carry, config):
     transitions with ``config.windows`` (:class:`jaxrl.buffers.sequence.Windows`): the
     fields of :func:`example_transition` plus ``carry``,
     the recurrent state entering each step (``carry`` leaves ``[N, ...]``)."""
-    example = {**example_transition(obs, action), sequence.CARRY: jax.tree.map(lambda x: x[0], carry)}
+    example = stored_observations(example_transition(obs, action), config)
+    example[sequence.CARRY] = jax.tree.map(lambda x: x[0], carry)
     windows = config.windows
     return sequence.init(example, config.buffer_size, config.num_envs, windows.length, windows.period)
 
