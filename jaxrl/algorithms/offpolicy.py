@@ -4,8 +4,9 @@ until ``learning_starts`` and then learns.
 
 The helpers read these fields of an algorithm's config: ``env_id``, ``env_kwargs``,
 ``num_envs``, ``num_steps``, ``batch_size``, ``buffer_size``, ``n_step``, ``gamma``,
-``normalize_observations``, ``replay_obs_dtype``, ``scale_rewards``, ``num_evals``, ``num_reports`` and the
-derived sizes of :class:`ReplaySchedule`, which every off-policy Config mixes in.
+``normalize_observations``, ``scale_rewards``, ``num_evals``, ``num_reports``,
+``replay_obs_dtype`` where a Config has it (R2D2's has not) and the derived sizes of
+:class:`ReplaySchedule`, which every off-policy Config mixes in.
 
 Observation normalisation keeps replay raw: running statistics of every collected
 observation live in ``params["obs_stats"]`` (so a policy acts from ``params`` alone), and
