@@ -373,10 +373,11 @@ ENTRIES = {
     ),
     "dqn-atari": Entry(
         "dqn",
-        "DQN on envpool Pong-v5 (84x84x4 frames, the Nature CNN): 8 envs, one batch of 32 per 4 env steps",
+        "DQN on envpool Pong-v5 (84x84x4 frames, the Nature CNN), Mnih et al.'s DQN (uniform replay, "
+        "1-step targets, no double or dueling): 8 envs, one batch of 32 per 4 env steps",
         "envpool:Pong-v5",
         budget=8_192,
-        quick=1_024,
+        quick=2_048,  # past learning_starts
         config=dict(
             ATARI,
             num_steps=4,
@@ -384,6 +385,10 @@ ENTRIES = {
             batch_size=32,
             buffer_size=10_000,  # transitions: 84x84x4 frames twice each, about 0.6 GB
             learning_starts=1_024,
+            double=False,
+            dueling=False,
+            n_step=1,
+            prioritized=None,
         ),
     ),
     "ppo-atari": Entry(
@@ -869,32 +874,50 @@ def onpolicy_passes(jax, module, config, spec):
     return init, act, learn
 
 
-def random_batch(config, spec) -> dict:
-    """One fixed batch of ``batch_size`` random transitions (the off-policy floors replay
-    no data; their passes still cannot be hoisted, as the params change every update)."""
+FLOOR_BATCHES = 4  # distinct random batches an off-policy floor cycles through
+
+
+def random_batches(config, spec) -> dict:
+    """``FLOOR_BATCHES`` batches of ``batch_size`` random transitions (leaves ``[K,
+    batch_size, ...]``), observations at the env's dtype (uint8 frames as uint8). The
+    off-policy floors replay no data; each update takes the next of these batches, so
+    that nothing the network computes from its input alone (a uint8 frame's scaling, a
+    convolution's patches) is the same at every update and hoisted out of the loop."""
     import numpy as np
 
     rng = np.random.default_rng(0)
-    shape = (config.batch_size, *spec.obs_shape)
+    shape = (FLOOR_BATCHES, config.batch_size, *spec.obs_shape)
+    dtype = np.dtype(spec.obs_dtype)
+    if dtype == np.bool_:
+        observations = lambda: rng.random(shape) < 0.5  # noqa: E731
+    elif np.issubdtype(dtype, np.integer):
+        observations = lambda: rng.integers(0, 256, shape).astype(dtype)  # noqa: E731
+    else:
+        observations = lambda: rng.normal(size=shape).astype(dtype)  # noqa: E731
     action_dim = math.prod(spec.action_shape)
     return dict(
-        obs=rng.normal(size=shape).astype(np.float32),
-        next_obs=rng.normal(size=shape).astype(np.float32),
-        action=rng.uniform(-1.0, 1.0, (config.batch_size, action_dim)).astype(np.float32),
+        obs=observations(),
+        next_obs=observations(),
+        action=rng.uniform(-1.0, 1.0, (FLOOR_BATCHES, config.batch_size, action_dim)).astype(np.float32),
     )  # unit actions
 
 
-def updates(jax, config, critic_step, actor_step, period: int = 1):
-    """An iteration's learner: ``num_updates`` of ``critic_step``, with ``actor_step`` after
-    every ``period``-th (TD3's policy delay)."""
+def updates(jax, config, batches, critic_step, actor_step, period: int = 1):
+    """An iteration's learner: ``num_updates`` of ``critic_step(params, batch)``, with
+    ``actor_step(params, batch)`` after every ``period``-th (TD3's policy delay), update
+    ``u`` on batch ``u % FLOOR_BATCHES`` of ``batches``."""
 
-    def group(params, _):
-        for _ in range(period):
-            params = critic_step(params)
-        return actor_step(params), None
+    def batch_at(u):
+        return jax.tree.map(lambda x: jax.lax.dynamic_index_in_dim(x, u % FLOOR_BATCHES, keepdims=False), batches)
 
-    def learn(params, observed):  # the off-policy floors learn from a fixed batch, not from ``observed``
-        return jax.lax.scan(group, params, None, length=config.num_updates // period)[0], jax.numpy.zeros(())
+    def group(params, g):
+        for k in range(period):
+            params = critic_step(params, batch_at(g * period + k))
+        return actor_step(params, batch_at(g * period + period - 1)), None
+
+    def learn(params, observed):  # the off-policy floors learn from random batches, not from ``observed``
+        groups = jax.numpy.arange(config.num_updates // period)
+        return jax.lax.scan(group, params, groups)[0], jax.numpy.zeros(())
 
     return learn
 
@@ -905,7 +928,7 @@ def dqn_passes(jax, module, config, spec):
     Q-learning, the online network's at s'."""
     import jax.numpy as jnp
 
-    network, batch = module.make_network(config), random_batch(config, spec)
+    network, batches = module.make_network(config), random_batches(config, spec)
     head = config.head
     if head.network_settings():  # IQN: each pass at its fractions (online N, target N', choice and acting K)
         fractions = {role: head.draw_fractions(None, role, (config.batch_size,)) for role in ("online", "target")}
@@ -923,7 +946,7 @@ def dqn_passes(jax, module, config, spec):
         online = module.init_network(config, {"params": key, "noise": key}, obs[:1])
         return {"online": online, "target": online}
 
-    def critic_step(params):
+    def critic_step(params, batch):
         def loss(online):  # the gradient must depend on every pass, or XLA drops the passes it does not need
             next_q = apply(params["target"], batch["next_obs"], "target")
             if config.double:  # the online network picks the next action
@@ -936,7 +959,7 @@ def dqn_passes(jax, module, config, spec):
     def act(params, obs, memory):
         return jnp.argmax(apply(params["online"], obs, "acting"), axis=-1), jnp.zeros(()), memory
 
-    return init, act, updates(jax, config, critic_step, lambda params: params)
+    return init, act, updates(jax, config, batches, critic_step, lambda params, batch: params)
 
 
 def pqn_passes(jax, module, config, spec):
@@ -976,14 +999,14 @@ def sac_passes(jax, module, config, spec):
     and critics forward and backward to the actor's parameters at s."""
     import jax.numpy as jnp
 
-    actor, critic, batch = module.make_actor(config), module.make_critic(config), random_batch(config, spec)
+    actor, critic, batches = module.make_actor(config), module.make_critic(config), random_batches(config, spec)
 
     def init(key, obs):
         actor_key, critic_key = jax.random.split(key)
-        critics = critic.init(critic_key, obs[:1], batch["action"][:1])
+        critics = critic.init(critic_key, obs[:1], batches["action"][0, :1])
         return {"actor": actor.init(actor_key, obs[:1]), "critic": critics, "target": critics}
 
-    def step(params):
+    def step(params, batch):
         next_loc, _ = actor.apply(params["actor"], batch["next_obs"])
         target = jnp.min(critic.apply(params["target"], batch["next_obs"], jnp.tanh(next_loc)), axis=0)
         critic_loss = lambda c: jnp.mean(jnp.square(critic.apply(c, batch["obs"], batch["action"]) - target))
@@ -1003,7 +1026,7 @@ def sac_passes(jax, module, config, spec):
         loc = actor.apply(params["actor"], obs)[0]
         return spec.from_unit(jnp.tanh(loc).reshape(action_batch_shape(obs, spec))), jnp.zeros(()), memory
 
-    return init, act, updates(jax, config, step, lambda params: params)
+    return init, act, updates(jax, config, batches, step, lambda params, batch: params)
 
 
 def ddpg_passes(jax, module, config, spec):
@@ -1014,14 +1037,14 @@ def ddpg_passes(jax, module, config, spec):
     import jax.numpy as jnp
 
     actor, critic, first = module.make_actor(config), module.make_critic(config), module.make_critic(config, 1)
-    batch = random_batch(config, spec)
+    batches = random_batches(config, spec)
 
     def init(key, obs):
         actor_key, critic_key = jax.random.split(key)
-        a, c = actor.init(actor_key, obs[:1]), critic.init(critic_key, obs[:1], batch["action"][:1])
+        a, c = actor.init(actor_key, obs[:1]), critic.init(critic_key, obs[:1], batches["action"][0, :1])
         return {"actor": a, "critic": c, "target_actor": a, "target_critic": c}
 
-    def critic_step(params):
+    def critic_step(params, batch):
         next_action = actor.apply(params["target_actor"], batch["next_obs"])
         target = jnp.min(critic.apply(params["target_critic"], batch["next_obs"], next_action), axis=0)
         loss = lambda c: jnp.mean(jnp.square(critic.apply(c, batch["obs"], batch["action"]) - target))
@@ -1032,7 +1055,7 @@ def ddpg_passes(jax, module, config, spec):
             "target_critic": tiny_sgd(jax, params["target_critic"], grads),
         }
 
-    def actor_step(params):
+    def actor_step(params, batch):
         first_critic = jax.tree.map(lambda p: p[:1], params["critic"])
         loss = lambda a: -jnp.mean(first.apply(first_critic, batch["obs"], actor.apply(a, batch["obs"])))
         grads = jax.grad(loss)(params["actor"])
@@ -1046,7 +1069,7 @@ def ddpg_passes(jax, module, config, spec):
         action = spec.from_unit(actor.apply(params["actor"], obs).reshape(action_batch_shape(obs, spec)))
         return action, jnp.zeros(()), memory
 
-    return init, act, updates(jax, config, critic_step, actor_step, config.policy_delay)
+    return init, act, updates(jax, config, batches, critic_step, actor_step, config.policy_delay)
 
 
 def action_batch_shape(obs, spec) -> tuple:
@@ -1323,8 +1346,9 @@ def main(argv=None) -> int:
         if args.no_evals
         else f"evaluation: {EVALS} x {EVAL_EPISODES} episodes per run on both sides, inside the timed run.",
         "floor: the run's env steps and network passes only (acting forward passes, bootstrap values, the learner's "
-        "forward and backward passes on batches of the same shapes), each backward pass followed by a tiny SGD step "
-        "so that nothing is hoisted; no sampling, loss arithmetic, replay, optimiser or evaluation.",
+        "forward and backward passes on batches of the same shapes and dtypes, off-policy a different random one "
+        "each update), each backward pass followed by a tiny SGD step so that nothing is hoisted; no sampling, loss "
+        "arithmetic, replay, optimiser or evaluation.",
     ]
     seen = set()
     for r in results:

@@ -3,23 +3,33 @@
 
 - ``floor step``: the floor's passes (online forward and backward, target forward) and an
   SGD step on both networks, as ``benchmarks/throughput.py``'s ``dqn_passes``;
-- ``update, fixed batch``: DQN's update (Huber loss, global-norm clipping, Adam, target
-  refresh) on one batch;
-- ``update, fixed batch, SGD``: the same with ``optax.sgd`` in place of the optimiser;
+- ``update, drawn batches``: DQN's update (Huber loss, global-norm clipping, Adam, target
+  refresh);
+- ``update, drawn batches, SGD``: the same with ``optax.sgd`` in place of the optimiser;
+
+These three take four batches drawn from the ring in turn, as the floor does: on one
+fixed batch XLA hoists what the network computes from its input alone (a uint8 frame's
+scaling, the first convolution's patches) out of the loop.
 - ``sample``: drawing a batch from the replay ring (its loss-free cost);
 - ``sample + update``: what every update of a run does;
 - both again with the frames in float32 replay, as the env emits them (the preset
   stores them as bool: ``replay_obs_dtype``).
 
+With ``--atari``, the same parts at ``benchmarks/throughput.py``'s ``dqn-atari`` settings
+(envpool Pong's 84x84x4 uint8 frames, the Nature CNN's 1.7M parameters) on a ring of
+random frames; no float32 rows (the frames are uint8 already).
+
 Every part is compiled first, then all are timed in turn, ``--rounds`` times, and the
 fastest round of each is kept: this machine's speed drifts between runs.
 
-    python benchmarks/investigations/dqn_update_parts.py [--updates 2000] [--rounds 5]
+    python benchmarks/investigations/dqn_update_parts.py [--updates 2000] [--rounds 5] [--atari]
 """
 
 from __future__ import annotations
 
 import argparse
+import pathlib
+import sys
 import time
 
 import jax
@@ -29,11 +39,11 @@ import optax
 from jaxrl.algorithms import dqn
 
 
-def scanned(fn, carry, keys):
-    """``fn`` scanned over ``keys``, compiled and run once: ``() -> carry``."""
-    compiled = jax.jit(lambda c, k: jax.lax.scan(fn, c, k)[0]).lower(carry, keys).compile()
-    jax.block_until_ready(compiled(carry, keys))
-    return lambda: compiled(carry, keys)
+def scanned(fn, carry, xs):
+    """``fn`` scanned over ``xs``, compiled and run once: ``() -> carry``."""
+    compiled = jax.jit(lambda c, x: jax.lax.scan(fn, c, x)[0]).lower(carry, xs).compile()
+    jax.block_until_ready(compiled(carry, xs))
+    return lambda: compiled(carry, xs)
 
 
 def per_update_ms(parts: dict, num_updates: int, rounds: int) -> dict:
@@ -52,16 +62,39 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--updates", type=int, default=2000, help="updates per scan (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=5, help="timings of each part (default: %(default)s)")
+    parser.add_argument("--atari", action="store_true", help="throughput.py's dqn-atari settings (needs envpool)")
     args = parser.parse_args()
 
-    config = dqn.preset("Breakout-MinAtar", total_timesteps=6_000, num_reports=0, num_evals=0)
-    state = jax.jit(dqn.train)(jax.random.key(0), config).state  # a filled ring, 1,000 steps of learning
+    if args.atari:
+        sys.path.insert(0, str(pathlib.Path(__file__).parent.parent))
+        from throughput import ENTRIES  # noqa: PLC0415
+
+        config = dqn.Config(env_id=ENTRIES["dqn-atari"].env_id, **ENTRIES["dqn-atari"].config, num_evals=0)
+        state = dqn.init(jax.random.key(0), config)
+        frames = jax.random.randint(jax.random.key(1), state.buffer.data["obs"].shape, 0, 256).astype(jnp.uint8)
+        full = state.buffer.replace(
+            data={**state.buffer.data, "obs": frames, "next_obs": frames}, size=state.buffer.num_rows
+        )
+        state = state.replace(buffer=full)
+        name = "dqn-atari"
+    else:
+        config = dqn.preset("Breakout-MinAtar", total_timesteps=6_000, num_reports=0, num_evals=0)
+        state = jax.jit(dqn.train)(jax.random.key(0), config).state  # a filled ring, 1,000 steps of learning
+        name = "DQN's MinAtar preset"
     learner = dqn.learner
-    batch = learner.sample(state, jax.random.key(1), config)
+    drawn = [learner.sample(state, jax.random.key(k), config) for k in range(4)]
+    batches = jax.tree.map(lambda *x: jnp.stack(x), *drawn)
+
+    def batch_at(i):
+        return jax.tree.map(lambda x: jax.lax.dynamic_index_in_dim(x, i % 4, keepdims=False), batches)
+
     network = dqn.make_network(config)
 
     def update(config):
-        return lambda state, key: (learner.learn(state, batch, key, jnp.int32(0), config)[0], None)
+        def one(state, i):
+            return learner.learn(state, batch_at(i), jax.random.key(0), jnp.int32(0), config)[0], None
+
+        return one
 
     def sample(config):
         def one(state, key):  # every field summed, so that XLA drops no gather
@@ -77,7 +110,9 @@ def main() -> None:
 
         return one
 
-    def floor(params, key):
+    def floor(params, i):
+        batch = batch_at(i)
+
         def loss(online):
             next_q = network.apply(params["target"], batch["next_obs"])
             return jnp.mean(jnp.square(network.apply(online, batch["obs"]) - jax.lax.stop_gradient(next_q)))
@@ -86,25 +121,26 @@ def main() -> None:
         return {name: jax.tree.map(lambda p, g: p - 1e-6 * g, p, grads) for name, p in params.items()}, None
 
     keys = jax.random.split(jax.random.key(2), args.updates)
+    steps = jnp.arange(args.updates)
     floor_params = {"online": state.params["network"], "target": state.target_params}
-    parts = {"floor step": scanned(floor, floor_params, keys)}
-    parts["update, fixed batch"] = scanned(update(config), state, keys)
+    parts = {"floor step": scanned(floor, floor_params, steps)}
+    parts["update, drawn batches"] = scanned(update(config), state, steps)
     original = dqn.make_optimizer
     dqn.make_optimizer = lambda config: optax.sgd(1e-6)  # DQN's update reads it from the module
     try:
         sgd_state = state.replace(opt_state=optax.sgd(1e-6).init(state.params["network"]))
-        parts["update, fixed batch, SGD"] = scanned(update(config), sgd_state, keys)
+        parts["update, drawn batches, SGD"] = scanned(update(config), sgd_state, steps)
     finally:
         dqn.make_optimizer = original
     parts["sample"] = scanned(sample(config), state, keys)
     parts["sample + update"] = scanned(sample_and_update(config), state, keys)
-    # The same ring with its frames in float32, and the learner told so.
-    float_data = {**state.buffer.data, **{k: state.buffer.data[k].astype(jnp.float32) for k in ("obs", "next_obs")}}
-    float_state = state.replace(buffer=state.buffer.replace(data=float_data))
-    float_config = config.replace(replay_obs_dtype=None)
-    parts["sample, float32 replay"] = scanned(sample(float_config), float_state, keys)
-    parts["sample + update, float32 replay"] = scanned(sample_and_update(float_config), float_state, keys)
-    print(f"jax {jax.__version__}; DQN's MinAtar preset, batch {config.batch_size}, {args.updates} updates per scan")
+    if not args.atari:  # the same ring with its frames in float32, and the learner told so
+        float_data = {**state.buffer.data, **{k: state.buffer.data[k].astype(jnp.float32) for k in ("obs", "next_obs")}}
+        float_state = state.replace(buffer=state.buffer.replace(data=float_data))
+        float_config = config.replace(replay_obs_dtype=None)
+        parts["sample, float32 replay"] = scanned(sample(float_config), float_state, keys)
+        parts["sample + update, float32 replay"] = scanned(sample_and_update(float_config), float_state, keys)
+    print(f"jax {jax.__version__}; {name}, batch {config.batch_size}, {args.updates} updates per scan")
     print("| part | ms per update |\n| --- | ---: |")
     for name, ms in per_update_ms(parts, args.updates, args.rounds).items():
         print(f"| {name} | {ms:.3f} |")
