@@ -82,8 +82,8 @@ def test_apex_learner_replay_is_compact():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (dict(replay_obs_dtype="float16"), r"replay_obs_dtype must be None or one of \('uint8', 'bool'\)"),
-        (dict(replay_obs_dtype=np.uint8), "replay_obs_dtype must be None or one of"),
+        (dict(replay_obs_dtype="float16"), r"replay_obs_dtype must be one of \['bool', 'uint8'\]"),
+        (dict(replay_obs_dtype=np.uint8), "replay_obs_dtype must be one of"),
     ],
 )
 def test_bad_replay_obs_dtype_is_a_clear_error(overrides, message):

@@ -30,7 +30,7 @@ from jaxrl import envs, evaluation, loop, networks, rollout
 from jaxrl.algorithms import requirements
 from jaxrl.algorithms.contract import Algorithm
 from jaxrl.buffers import prioritized, replay, sequence
-from jaxrl.config import require_int
+from jaxrl.config import require_choice, require_int
 from jaxrl.distributions import mask_actions
 
 
@@ -123,8 +123,7 @@ def check_replay_obs_dtype(config) -> None:
     dtype = config.replay_obs_dtype
     if dtype is None:
         return
-    if dtype not in REPLAY_OBS_DTYPES:
-        raise ValueError(f"replay_obs_dtype must be None or one of {REPLAY_OBS_DTYPES}, got {dtype!r}")
+    require_choice(config, "replay_obs_dtype", REPLAY_OBS_DTYPES)  # or None
     if envs.config_spec(config).structured:
         raise ValueError(
             f"replay_obs_dtype={dtype!r} needs an array observation; env_id {config.env_id!r} has a "
@@ -164,17 +163,19 @@ def stored_observations(example: dict, config) -> dict:
     what a replay buffer is allocated from (additions are cast to it). Configs without the
     field (R2D2's) store observations as the env emits them."""
     dtype = getattr(config, "replay_obs_dtype", None)
-    if dtype is None:
-        return example
-    return {**example, **{name: example[name].astype(dtype) for name in ("obs", "next_obs")}}
+    return example if dtype is None else observations_as(example, dtype)
+
+
+def observations_as(transitions: dict, dtype) -> dict:
+    """``transitions`` with ``obs`` and ``next_obs`` cast to ``dtype``."""
+    return {**transitions, **{name: transitions[name].astype(dtype) for name in ("obs", "next_obs")}}
 
 
 def observe_batch(params: dict, batch: dict, config) -> dict:
     """A replay batch with its ``obs`` and ``next_obs`` as the networks read them: back at
     the env's dtype where replay stores them at ``replay_obs_dtype``, then :func:`observe`."""
     if getattr(config, "replay_obs_dtype", None) is not None:  # R2D2's and offline Configs have none
-        dtype = envs.config_spec(config).obs_dtype
-        batch = {**batch, **{name: batch[name].astype(dtype) for name in ("obs", "next_obs")}}
+        batch = observations_as(batch, envs.config_spec(config).obs_dtype)
     if not config.normalize_observations:
         return batch
     return {**batch, **{name: observe(params, batch[name], config) for name in ("obs", "next_obs")}}
