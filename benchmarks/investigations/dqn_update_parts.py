@@ -22,7 +22,11 @@ random frames; no float32 rows (the frames are uint8 already).
 Every part is compiled first, then all are timed in turn, ``--rounds`` times, and the
 fastest round of each is kept: this machine's speed drifts between runs.
 
-    python benchmarks/investigations/dqn_update_parts.py [--updates 2000] [--rounds 5] [--atari]
+With ``--iterations N``, whole iterations too (``N`` per scan): the floor's env steps
+(acting by the argmax, no replay), DQN's collection (epsilon-greedy acting and the
+replay writes) and the iteration (collection and updates), to set against a run's time.
+
+    python benchmarks/investigations/dqn_update_parts.py [--updates 2000] [--rounds 5] [--atari] [--iterations 32]
 """
 
 from __future__ import annotations
@@ -63,6 +67,9 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=2000, help="updates per scan (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=5, help="timings of each part (default: %(default)s)")
     parser.add_argument("--atari", action="store_true", help="throughput.py's dqn-atari settings (needs envpool)")
+    parser.add_argument(
+        "--iterations", type=int, default=0, help="also time whole iterations, this many per scan (default: none)"
+    )
     args = parser.parse_args()
 
     if args.atari:
@@ -144,6 +151,42 @@ def main() -> None:
     print("| part | ms per update |\n| --- | ---: |")
     for name, ms in per_update_ms(parts, args.updates, args.rounds).items():
         print(f"| {name} | {ms:.3f} |")
+    if args.iterations:
+        print_iterations(state, config, network, args)
+
+
+def print_iterations(state, config, network, args) -> None:
+    """Whole iterations (``num_steps`` env steps in every env, then ``num_updates``
+    updates) beside their parts, from ``state``: what a run's time should add up to."""
+    from jaxrl.algorithms import offpolicy  # noqa: PLC0415
+
+    env, env_params = offpolicy.make_env(config)
+    env_step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+
+    def floor_steps(state, key):  # the floor's acting: the argmax, no exploration, no replay
+        def one_step(carry, keys):
+            env_state, obs = carry
+            action = jnp.argmax(network.apply(state.params["network"], obs), axis=-1)
+            next_obs, env_state, *_ = env_step(keys, env_state, action, env_params)
+            return (env_state, next_obs), None
+
+        keys = jax.random.split(key, (config.num_steps, config.num_envs))
+        env_state, obs = jax.lax.scan(one_step, (state.env_state, state.obs), keys)[0]
+        return state.replace(env_state=env_state, obs=obs), None
+
+    def collect(state, key):
+        return offpolicy.collect(state, dqn.behaviour(state, config, False)[0], key, config)[0], None
+
+    def iteration(state, key):
+        return dqn.learner.step(state, key, config)[0], None
+
+    keys = jax.random.split(jax.random.key(3), args.iterations)
+    parts = {name: scanned(fn, state, keys) for name, fn in
+             (("floor's env steps", floor_steps), ("collect", collect), ("iteration", iteration))}  # fmt: skip
+    print(f"\n{config.num_steps} env steps x {config.num_envs} envs and {config.num_updates} updates per iteration")
+    print("| part | ms per iteration |\n| --- | ---: |")
+    for name, ms in per_update_ms(parts, args.iterations, args.rounds).items():
+        print(f"| {name} | {ms:.2f} |")
 
 
 if __name__ == "__main__":
