@@ -6,6 +6,7 @@ the published reference return for the task.
     python benchmarks/learning_table.py                              # every row: hours on 2 cores
     python benchmarks/learning_table.py ppo dqn --envs MountainCar-v0 --seeds 8 --markdown table.md
     python benchmarks/learning_table.py dqn --envs MountainCar-v0 --set "n_step=3 exploration.end=0.1"   # a sweep point
+    python benchmarks/learning_table.py ppo --envs SpaceInvaders-MinAtar --budget 5000000   # a row at a smaller budget
     python benchmarks/learning_table.py --render a.md b.md --markdown all.md   # one table from earlier runs
 
 Per row, in a fresh process (JAX's persistent compilation cache off): ``jax.jit`` of
@@ -28,7 +29,10 @@ agents, as the gymnax README lists them, with the step budget of gymnax-blines' 
 config for the task (``agents/<env>/ppo.yaml``, ``num_train_steps``); for the env suites'
 adapters (brax, xminigrid, Gymnasium), the thresholds their learning tests held before
 they moved here, at those tests' budgets. A row's budget is
-its own (``Row.budget``); where it differs from the reference's, both are shown. Beside
+its own (``Row.budget``, or ``--budget``); where it differs from the reference's, both are
+shown, except where the reference's source logged its run (gymnax-blines' PPO on the
+MinAtar games, ``BLINES_LOG_RETURNS``): a row at a budget inside that log is set beside
+the run's return there. Beside
 it, where the same algorithm has one (``ZOO``), rl-baselines3-zoo's result for the task
 (its ``benchmark.md``: one trained agent per row, deterministic evaluation, on the gym /
 gymnasium version of the task) at the zoo's budget, and the seeds that reach it.
@@ -57,14 +61,52 @@ EVALS, EVAL_EPISODES, BOOTSTRAP = 20, 32, 10_000
 
 @dataclasses.dataclass(frozen=True)
 class Reference:
-    """A published return for a task: ``value`` after ``budget`` env steps, per ``source``."""
+    """A published return for a task: ``value`` after ``budget`` env steps, per ``source``;
+    ``curve``: where the source's run logged its return along the way, ``(steps,
+    returns)``, so that a row at a smaller budget is set beside the run at that budget."""
 
     value: float
     budget: int
     source: str
+    curve: tuple = ()
+
+    def at(self, budget: int) -> Reference:
+        """The reference for a row of ``budget`` env steps: the curve's value there (linear
+        between its points) where the curve reaches that far and ``budget`` is not the
+        reference's own; else this one."""
+        if not self.curve or budget == self.budget or not self.curve[0][0] <= budget <= self.curve[0][-1]:
+            return self
+        import numpy as np
+
+        value = round(float(np.interp(budget, *self.curve)), 1)
+        return Reference(value, budget, f"{self.source}, its logged run")
 
 
 BLINES = "gymnax-blines PPO"
+# gymnax-blines' PPO runs on the MinAtar games (their agents/<game>-MinAtar/ppo.pkl at
+# 3f029d6, "log_steps" / "log_return": sampled episodes' mean return every 320k steps),
+# at the settings of jaxrl's MinAtar preset. Their Breakout run ends at 22.9, below the 28
+# of gymnax's README, which stays the reference at 10M.
+BLINES_LOG_STEPS = tuple(319_936 + 320_000 * k for k in range(31))
+BLINES_LOG_RETURNS = {
+    "Asterix": (
+        1.36, 1.62, 1.8, 2.14, 2.55, 2.76, 3.45, 4.67, 5.38, 7.21, 6.68, 7.0, 8.64, 7.65, 8.08, 7.65,
+        8.54, 9.99, 11.26, 9.72, 10.48, 12.51, 12.38, 11.49, 11.46, 13.77, 12.74, 13.34, 14.83, 15.37, 14.95,
+    ),
+    "Breakout": (
+        8.37, 15.45, 16.63, 15.71, 16.02, 15.42, 16.29, 16.23, 15.63, 15.54, 14.91, 16.54, 17.9, 21.63, 21.97,
+        21.95, 22.51, 22.72, 23.02, 22.55, 22.99, 22.12, 22.87, 22.91, 23.34, 20.7, 23.04, 23.46, 23.46, 20.07, 22.88,
+    ),
+    "Freeway": (
+        24.69, 28.16, 29.04, 30.25, 32.8, 36.16, 38.32, 40.33, 43.18, 43.77, 46.99, 48.57, 49.6, 50.78, 52.09,
+        51.23, 53.98, 54.64, 54.52, 54.49, 54.41, 55.73, 55.28, 56.45, 57.04, 57.54, 57.86, 57.4, 57.51, 58.27, 58.8,
+    ),
+    "SpaceInvaders": (
+        19.4, 30.37, 50.38, 58.38, 71.53, 84.32, 87.51, 89.55, 94.06, 90.36, 88.91, 92.37, 99.55, 97.34, 99.87,
+        92.71, 105.68, 112.76, 122.37, 118.57, 125.35, 126.55, 125.74, 123.34, 126.72, 120.77, 126.03, 127.53,
+        130.36, 136.54, 131.64,
+    ),
+}  # fmt: skip
 BLINES_ES = "gymnax-blines PPO/ES"
 REFERENCES = {
     "CartPole-v1": Reference(500.0, 150_000, BLINES_ES),
@@ -77,10 +119,10 @@ REFERENCES = {
     "MemoryChain-bsuite": Reference(0.1, 150_000, BLINES_ES),
     "UmbrellaChain-bsuite": Reference(1.0, 150_000, BLINES_ES),
     "DiscountingChain-bsuite": Reference(1.1, 150_000, BLINES_ES),
-    "Asterix-MinAtar": Reference(15.0, 10_000_000, BLINES),
-    "Breakout-MinAtar": Reference(28.0, 10_000_000, BLINES),
-    "Freeway-MinAtar": Reference(58.0, 10_000_000, BLINES),
-    "SpaceInvaders-MinAtar": Reference(131.0, 10_000_000, BLINES),
+    **{
+        f"{game}-MinAtar": Reference(value, 10_000_000, BLINES, (BLINES_LOG_STEPS, BLINES_LOG_RETURNS[game]))
+        for game, value in (("Asterix", 15.0), ("Breakout", 28.0), ("Freeway", 58.0), ("SpaceInvaders", 131.0))
+    },
     # Adapters' rows (each adapter's steps are checked against its suite in tests/): the
     # thresholds their learning tests held before moving here, at those tests' budgets.
     "brax:inverted_pendulum": Reference(180.0, 100_000, "jaxrl; doing nothing scores 21, at most 200"),
@@ -107,7 +149,7 @@ ALGORITHM_REFERENCES = {
 
 
 def reference_for(row) -> Reference:
-    return ALGORITHM_REFERENCES.get((row.algorithm, row.env_id), REFERENCES[row.env_id])
+    return ALGORITHM_REFERENCES.get((row.algorithm, row.env_id), REFERENCES[row.env_id]).at(row.budget)
 
 
 ZOO_SOURCE = "rl-baselines3-zoo"
@@ -412,6 +454,12 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="base PRNG seed (default: %(default)s)")
     parser.add_argument("--set", metavar='"NAME=VALUE ..."', help="change these preset fields in every selected row")
     parser.add_argument(
+        "--budget",
+        type=int,
+        help="env steps per seed for every selected row, in place of the row's (the reference then at that "
+        "budget where its source logged a curve)",
+    )
+    parser.add_argument(
         "--render",
         nargs="+",
         metavar="MD",
@@ -423,7 +471,8 @@ def main(argv=None) -> int:
         algorithm, env_id, budget, seeds, seed = args.one
         key = (algorithm, env_id, int(budget))
         row = next((r for r in ROWS if (r.algorithm, r.env_id, r.budget) == key), Row(*key))
-        result = dict(algorithm=algorithm, env_id=env_id, budget=int(budget), seeds=int(seeds))
+        row = dataclasses.replace(row, budget=args.budget or row.budget)
+        result = dict(algorithm=algorithm, env_id=env_id, budget=row.budget, seeds=int(seeds))
         overrides = parse_overrides(args.set)
         measure_and_emit(result, lambda jax: measure_row(jax, row, int(seeds), int(seed), overrides))
         return 0
@@ -441,18 +490,28 @@ def main(argv=None) -> int:
             for result in load_results(path):
                 loaded[result["algorithm"], result["env_id"], int(result["budget"])] = result
         current = {(r.algorithm, r.env_id, r.budget): r for r in ROWS}  # results of rows the table still has
+        at_budget = {(r.algorithm, r.env_id): r for r in ROWS if not r.settings}  # and of --budget runs of them
+        for key in loaded:
+            if key not in current and key[:2] in at_budget:
+                current[key] = dataclasses.replace(at_budget[key[:2]], budget=key[2])
         pairs = [(current[key], result) for key, result in loaded.items() if key in current]
         pairs = [(row, result) for row, result in pairs if selected(row)]
-        pairs.sort(key=lambda pair: ROWS.index(pair[0]))
+
+        def table_order(pair) -> int:
+            row = pair[0]
+            return ROWS.index(row if row in ROWS else at_budget[row.algorithm, row.env_id])
+
+        pairs.sort(key=table_order)
         rows, results = [row for row, _ in pairs], [result for _, result in pairs]
     else:
-        rows = [row for row in ROWS if selected(row)]
+        planned = [row for row in ROWS if selected(row)]
 
-        def measure(row):
+        def measure(row):  # the child finds the row by its table budget and runs it at --budget
             key = dict(algorithm=row.algorithm, env_id=row.env_id, budget=row.budget, seeds=args.seeds, seed=args.seed)
-            return measure_in_child(__file__, key, args, options=("set",))
+            return measure_in_child(__file__, key, args, options=("set", "budget"))
 
-        results = measure_plan(rows, measure, row_name) if rows else []
+        results = measure_plan(planned, measure, row_name) if planned else []
+        rows = [dataclasses.replace(row, budget=args.budget or row.budget) for row in planned]
     if not rows:
         parser.error("no row matches")
 

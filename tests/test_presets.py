@@ -49,6 +49,19 @@ def test_learning_table_statistics_against_numpy():
     minatar = learning_table.Row("dqn", "Breakout-MinAtar", 500_000)
     summary = learning_table.summarise({"eval_returns": [[9.0], [5.0]], "eval_steps": [500_000]}, minatar, rng)
     assert summary["reached"] == 1
+    # Below 10M a MinAtar PPO row is set beside gymnax-blines' logged run at its budget
+    # (linear between the log's points); at 10M, or before the log's first point, beside
+    # gymnax's README.
+    steps, returns = learning_table.BLINES_LOG_STEPS, learning_table.BLINES_LOG_RETURNS["SpaceInvaders"]
+    for budget in rng.integers(steps[0], steps[-1], size=5):
+        k = np.searchsorted(steps, budget)
+        fraction = (budget - steps[k - 1]) / (steps[k] - steps[k - 1])
+        expected = returns[k - 1] + fraction * (returns[k] - returns[k - 1])
+        reference = learning_table.reference_for(learning_table.Row("ppo", "SpaceInvaders-MinAtar", int(budget)))
+        assert (reference.value, reference.budget) == (pytest.approx(expected, abs=0.05), budget)
+    for budget in (10_000_000, 100_000):
+        reference = learning_table.reference_for(learning_table.Row("ppo", "SpaceInvaders-MinAtar", budget))
+        assert (reference.value, reference.budget) == (131.0, 10_000_000)
     overrides = learning_table.parse_overrides("n_step=3 hidden_sizes=(256,256) exploration=ou")
     assert overrides == {"n_step": 3, "hidden_sizes": (256, 256), "exploration": "ou"}
     # A row's settings replace the preset's fields, and --set replaces the row's.
