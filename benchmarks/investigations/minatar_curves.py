@@ -12,9 +12,10 @@ data (``BLINES_LOG_RETURNS``), read with::
 This script reads the raw results of ``benchmarks/learning_table.py ppo --envs
 <game>-MinAtar --markdown FILE`` (greedy returns of 32 episodes at 20 points per seed)
 and prints, at each of those points, their run's return (linear between their log's
-points) beside jaxrl's seeds: the IQM, the lowest and the highest.
+points) beside jaxrl's seeds: the IQM, the lowest and the highest; one table for the rows
+evaluated at the same points.
 
-    python benchmarks/investigations/minatar_curves.py FILE.md [FILE.md ...]
+    python benchmarks/investigations/minatar_curves.py FILE.md [FILE.md ...] [--every 2]
 """
 
 from __future__ import annotations
@@ -29,30 +30,39 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent.parent))
 from learning_table import BLINES_LOG_RETURNS, BLINES_LOG_STEPS, iqm, load_results  # noqa: E402
 
 
-def curve_table(result: dict) -> str:
-    returns = np.asarray(result["eval_returns"], np.float64)  # [seeds, points]
-    game = result["env_id"].removesuffix("-MinAtar")
-    theirs = np.interp(result["eval_steps"], BLINES_LOG_STEPS, BLINES_LOG_RETURNS[game])
-    lines = [
-        f"{result['algorithm']} on {result['env_id']}, {returns.shape[0]} seeds from {result['seed']}:",
-        "",
-        "| env steps | gymnax-blines (1 run, sampled) | jaxrl greedy: IQM | lowest seed | highest seed |",
-        "| ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for k, step in enumerate(result["eval_steps"]):
-        column = returns[:, k]
-        lines.append(f"| {step:,} | {theirs[k]:.1f} | {iqm(column):.1f} | {column.min():.1f} | {column.max():.1f} |")
+def curve_table(results: list[dict], every: int) -> str:
+    """One table for rows evaluated at the same points: per row, gymnax-blines' run and
+    jaxrl's seeds (IQM [lowest, highest]) at every ``every``-th point, the last included."""
+    steps = results[0]["eval_steps"]
+    header, rule = ["env steps"], ["---:"]
+    for result in results:
+        game = result["env_id"].removesuffix("-MinAtar")
+        header += [f"{game}: gymnax-blines", f"{game}: jaxrl IQM [lowest, highest]"]
+        rule += ["---:", "---"]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |"]
+    for k in range(len(steps) - 1, -1, -every)[::-1]:
+        cells = [f"{steps[k]:,}"]
+        for result in results:
+            game = result["env_id"].removesuffix("-MinAtar")
+            column = np.asarray(result["eval_returns"], np.float64)[:, k]
+            theirs = np.interp(steps[k], BLINES_LOG_STEPS, BLINES_LOG_RETURNS[game])
+            cells += [f"{theirs:.1f}", f"{iqm(column):.1f} [{column.min():.1f}, {column.max():.1f}]"]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("files", nargs="+", help="learning_table.py --markdown files")
+    parser.add_argument("--every", type=int, default=1, help="show every n-th evaluation (default: %(default)s)")
     args = parser.parse_args()
+    by_points = {}  # rows evaluated at the same steps share a table
     for path in args.files:
         for result in load_results(path):
             if result.get("env_id", "").removesuffix("-MinAtar") in BLINES_LOG_RETURNS and "eval_returns" in result:
-                print(curve_table(result), end="\n\n")
+                by_points.setdefault(tuple(result["eval_steps"]), []).append(result)
+    for results in by_points.values():
+        print(curve_table(results, args.every), end="\n\n")
 
 
 if __name__ == "__main__":
