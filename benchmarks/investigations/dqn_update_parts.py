@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxrl.algorithms import dqn
+from jaxrl.algorithms import dqn, offpolicy
 
 
 def scanned(fn, carry, xs):
@@ -158,8 +158,6 @@ def main() -> None:
 def print_iterations(state, config, network, args) -> None:
     """Whole iterations (``num_steps`` env steps in every env, then ``num_updates``
     updates) beside their parts, from ``state``: what a run's time should add up to."""
-    from jaxrl.algorithms import offpolicy  # noqa: PLC0415
-
     env, env_params = offpolicy.make_env(config)
     env_step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 
