@@ -265,8 +265,8 @@ def require_int(config, field: str, minimum: int = 1) -> None:
 
 def require_choice(config, field: str, choices) -> None:
     value = getattr(config, field)
-    if value not in choices:
-        raise ValueError(f"{field} must be one of {sorted(choices)}, got {value!r}")
+    if value not in choices:  # sorted by repr: None may be a choice beside strings
+        raise ValueError(f"{field} must be one of {sorted(choices, key=repr)}, got {value!r}")
 
 
 def require_range(config, field: str, low: float, high: float, low_open: bool = False, high_open: bool = False) -> None:

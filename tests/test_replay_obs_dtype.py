@@ -82,7 +82,7 @@ def test_apex_learner_replay_is_compact():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (dict(replay_obs_dtype="float16"), r"replay_obs_dtype must be one of \['bool', 'uint8'\]"),
+        (dict(replay_obs_dtype="float16"), r"replay_obs_dtype must be one of \['bool', 'uint8', None\]"),
         (dict(replay_obs_dtype=np.uint8), "replay_obs_dtype must be one of"),
     ],
 )

@@ -50,16 +50,17 @@ def scanned(fn, carry, xs):
     return lambda: compiled(carry, xs)
 
 
-def per_update_ms(parts: dict, num_updates: int, rounds: int) -> dict:
-    """The fastest of ``rounds`` timings of each part, taken in turn; other work on the
-    machine only slows a run."""
+def fastest_ms(parts: dict, steps: int, rounds: int) -> dict:
+    """Milliseconds per step (update or iteration) of each part scanning ``steps`` of them:
+    the fastest of ``rounds`` timings, taken in turn; other work on the machine only slows
+    a run."""
     times = {name: [] for name in parts}
     for _ in range(rounds):
         for name, run in parts.items():
             start = time.perf_counter()
             jax.block_until_ready(run())
             times[name].append(time.perf_counter() - start)
-    return {name: min(t) / num_updates * 1e3 for name, t in times.items()}
+    return {name: min(t) / steps * 1e3 for name, t in times.items()}
 
 
 def main() -> None:
@@ -149,7 +150,7 @@ def main() -> None:
         parts["sample + update, float32 replay"] = scanned(sample_and_update(float_config), float_state, keys)
     print(f"jax {jax.__version__}; {name}, batch {config.batch_size}, {args.updates} updates per scan")
     print("| part | ms per update |\n| --- | ---: |")
-    for name, ms in per_update_ms(parts, args.updates, args.rounds).items():
+    for name, ms in fastest_ms(parts, args.updates, args.rounds).items():
         print(f"| {name} | {ms:.3f} |")
     if args.iterations:
         print_iterations(state, config, network, args)
@@ -183,7 +184,7 @@ def print_iterations(state, config, network, args) -> None:
              (("floor's env steps", floor_steps), ("collect", collect), ("iteration", iteration))}  # fmt: skip
     print(f"\n{config.num_steps} env steps x {config.num_envs} envs and {config.num_updates} updates per iteration")
     print("| part | ms per iteration |\n| --- | ---: |")
-    for name, ms in per_update_ms(parts, args.iterations, args.rounds).items():
+    for name, ms in fastest_ms(parts, args.iterations, args.rounds).items():
         print(f"| {name} | {ms:.2f} |")
 
 

@@ -34,16 +34,15 @@ def curve_table(results: list[dict], every: int) -> str:
     """One table for rows evaluated at the same points: per row, gymnax-blines' run and
     jaxrl's seeds (IQM [lowest, highest]) at every ``every``-th point, the last included."""
     steps = results[0]["eval_steps"]
+    games = [result["env_id"].removesuffix("-MinAtar") for result in results]
     header, rule = ["env steps"], ["---:"]
-    for result in results:
-        game = result["env_id"].removesuffix("-MinAtar")
+    for game in games:
         header += [f"{game}: gymnax-blines", f"{game}: jaxrl IQM [lowest, highest]"]
         rule += ["---:", "---"]
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |"]
     for k in range(len(steps) - 1, -1, -every)[::-1]:
         cells = [f"{steps[k]:,}"]
-        for result in results:
-            game = result["env_id"].removesuffix("-MinAtar")
+        for game, result in zip(games, results, strict=True):
             column = np.asarray(result["eval_returns"], np.float64)[:, k]
             theirs = np.interp(steps[k], BLINES_LOG_STEPS, BLINES_LOG_RETURNS[game])
             cells += [f"{theirs:.1f}", f"{iqm(column):.1f} [{column.min():.1f}, {column.max():.1f}]"]

@@ -120,10 +120,10 @@ REPLAY_OBS_DTYPES = ("uint8", "bool")
 def check_replay_obs_dtype(config) -> None:
     """ValueError unless ``config.replay_obs_dtype`` is None or one of
     :data:`REPLAY_OBS_DTYPES`, for an env whose observation is one array."""
+    require_choice(config, "replay_obs_dtype", (None, *REPLAY_OBS_DTYPES))
     dtype = config.replay_obs_dtype
     if dtype is None:
         return
-    require_choice(config, "replay_obs_dtype", REPLAY_OBS_DTYPES)  # or None
     if envs.config_spec(config).structured:
         raise ValueError(
             f"replay_obs_dtype={dtype!r} needs an array observation; env_id {config.env_id!r} has a "
