@@ -56,7 +56,7 @@ def orthonormal_columns(matrix: jax.Array) -> jax.Array:
     ``[m, n]`` with orthonormal columns, by Gram-Schmidt with a second pass; above
     :data:`BLOCKED_FROM` elements in blocks of :data:`ORTHONORMAL_BLOCK` columns, each
     block projected on the columns before it by a matrix product (column by column, the
-    Nature CNN's 3136x512 kernel took 4.7 s here; in blocks, 0.3 s).
+    Nature CNN's 3136x512 kernel took 4.8 s here; in blocks, 0.3 s).
 
     Written with matrix products rather than ``jnp.linalg.qr``: under ``vmap`` that is a
     batched LAPACK call which fans out into XLA:CPU's thread pool from one of its
