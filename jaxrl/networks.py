@@ -44,7 +44,7 @@ def _orthonormalize_within(block: jax.Array, q: jax.Array) -> jax.Array:
         column = jax.lax.dynamic_index_in_dim(block, k, axis=1, keepdims=False)
         column = column - q @ (q.T @ column)
         column = column - q @ (q.T @ column)
-        norm = jnp.linalg.norm(column)
+        norm = jnp.linalg.norm(column)  # 0 for a block's padding columns, which stay zero
         return jax.lax.dynamic_update_index_in_dim(q, column / jnp.where(norm > 0, norm, 1.0), k, axis=1)
 
     return jax.lax.fori_loop(0, block.shape[1], orthonormalize, q)
@@ -55,8 +55,9 @@ def orthonormal_columns(matrix: jax.Array) -> jax.Array:
     """The Q of ``matrix [m, n]``'s QR factorisation (``m >= n``, R's diagonal positive):
     ``[m, n]`` with orthonormal columns, by Gram-Schmidt with a second pass; above
     :data:`BLOCKED_FROM` elements in blocks of :data:`ORTHONORMAL_BLOCK` columns, each
-    block projected on the columns before it by a matrix product (column by column, the
-    Nature CNN's 3136x512 kernel took 4.8 s here; in blocks, 0.3 s).
+    block projected on the columns before it by a matrix product, so that a large Q is
+    read once per block rather than once per column (benchmarks/RESULTS.md, "Five
+    seconds of init per seed").
 
     Written with matrix products rather than ``jnp.linalg.qr``: under ``vmap`` that is a
     batched LAPACK call which fans out into XLA:CPU's thread pool from one of its
@@ -66,7 +67,7 @@ def orthonormal_columns(matrix: jax.Array) -> jax.Array:
     if rows * columns <= BLOCKED_FROM or columns <= ORTHONORMAL_BLOCK:
         return _orthonormalize_within(matrix, jnp.zeros_like(matrix))
     blocks = -(-columns // ORTHONORMAL_BLOCK)
-    padded = jnp.pad(matrix, ((0, 0), (0, blocks * ORTHONORMAL_BLOCK - columns)))  # zero columns stay zero
+    padded = jnp.pad(matrix, ((0, 0), (0, blocks * ORTHONORMAL_BLOCK - columns)))
 
     def orthonormalize_block(k, q):
         block = jax.lax.dynamic_slice_in_dim(padded, k * ORTHONORMAL_BLOCK, ORTHONORMAL_BLOCK, axis=1)
