@@ -44,8 +44,7 @@ def _orthonormalize_within(block: jax.Array, q: jax.Array) -> jax.Array:
         column = jax.lax.dynamic_index_in_dim(block, k, axis=1, keepdims=False)
         column = column - q @ (q.T @ column)
         column = column - q @ (q.T @ column)
-        norm = jnp.linalg.norm(column)  # 0 for a block's padding columns, which stay zero
-        return jax.lax.dynamic_update_index_in_dim(q, column / jnp.where(norm > 0, norm, 1.0), k, axis=1)
+        return jax.lax.dynamic_update_index_in_dim(q, column / jnp.linalg.norm(column), k, axis=1)
 
     return jax.lax.fori_loop(0, block.shape[1], orthonormalize, q)
 
@@ -66,17 +65,22 @@ def orthonormal_columns(matrix: jax.Array) -> jax.Array:
     rows, columns = matrix.shape
     if rows * columns <= BLOCKED_FROM or columns <= ORTHONORMAL_BLOCK:
         return _orthonormalize_within(matrix, jnp.zeros_like(matrix))
-    blocks = -(-columns // ORTHONORMAL_BLOCK)
-    padded = jnp.pad(matrix, ((0, 0), (0, blocks * ORTHONORMAL_BLOCK - columns)))
 
-    def orthonormalize_block(k, q):
-        block = jax.lax.dynamic_slice_in_dim(padded, k * ORTHONORMAL_BLOCK, ORTHONORMAL_BLOCK, axis=1)
+    def orthonormalize_block(block, q):
         empty = jnp.zeros_like(block)
         for _ in range(2):  # block Gram-Schmidt with a second pass (BCGS2)
             block = _orthonormalize_within(block - q @ (q.T @ block), empty)
-        return jax.lax.dynamic_update_slice_in_dim(q, block, k * ORTHONORMAL_BLOCK, axis=1)
+        return block
 
-    return jax.lax.fori_loop(0, blocks, orthonormalize_block, jnp.zeros_like(padded))[:, :columns]
+    def next_full_block(k, q):
+        block = jax.lax.dynamic_slice_in_dim(matrix, k * ORTHONORMAL_BLOCK, ORTHONORMAL_BLOCK, axis=1)
+        return jax.lax.dynamic_update_slice_in_dim(q, orthonormalize_block(block, q), k * ORTHONORMAL_BLOCK, axis=1)
+
+    full_blocks, remainder = divmod(columns, ORTHONORMAL_BLOCK)
+    q = jax.lax.fori_loop(0, full_blocks, next_full_block, jnp.zeros_like(matrix))
+    if remainder:  # the last, narrower block: its width is static, so no padding columns
+        q = q.at[:, columns - remainder :].set(orthonormalize_block(matrix[:, columns - remainder :], q))
+    return q
 
 
 def orthogonal(scale: float = np.sqrt(2.0)):

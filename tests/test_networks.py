@@ -186,7 +186,7 @@ def test_continuous_q_encodes_images_then_concatenates_the_action(kind):
     assert jax.eval_shape(q.apply, params, obs, jnp.zeros((4, 3))).shape == (2, 4)
 
 
-@pytest.mark.parametrize("shape", [(7, 7), (12, 5), (40, 3), (600, 450)])  # the last in blocks, padded
+@pytest.mark.parametrize("shape", [(7, 7), (12, 5), (40, 3), (600, 450)])  # the last in blocks, the last block narrower
 def test_orthonormal_columns_equal_numpy_qr_with_a_positive_diagonal(shape):
     matrix = np.random.default_rng(sum(shape)).normal(size=shape)
     q, r = np.linalg.qr(matrix)
