@@ -128,6 +128,7 @@ REFERENCES = {
     "brax:inverted_pendulum": Reference(180.0, 100_000, "jaxrl; doing nothing scores 21, at most 200"),
     "xminigrid:MiniGrid-EmptyRandom-6x6": Reference(0.9, 16_384, "jaxrl; never reaching the goal scores 0"),
     "gymnasium:Pendulum-v1": Reference(-250.0, 12_000, "jaxrl; gymnax's Pendulum-v1 alike"),
+    "gymnasium:CartPole-v1": Reference(475.0, 80_000, "jaxrl; random play scores about 22"),
     # Former learning tests' rows: the thresholds those tests held, at their budgets.
     "MaskedPendulum-v1": Reference(-300.0, 12_000, "jaxrl; random play scores about -1200"),
     "jaxmarl:MPE_simple_spread_v3": Reference(-23.3, 300_000, "jaxrl; uniform random play: -26.3 per agent"),
@@ -245,6 +246,23 @@ ROWS = (
     # SAC's defaults through the Gymnasium bridge (host callbacks). As a test, over 5 seeds
     # evaluated every 2k steps: all >= -250 at 4k, 3-4 of 5 at 6k-10k, all at 12k-16k.
     Row("sac", "gymnasium:Pendulum-v1", 12_000),
+    # PPO through the bridge at RL Zoo's CartPole settings, its former test (>= 475 in 2 of
+    # 3 seeds of key 42; over 5 seeds all 500 at 80k, bridged and native alike).
+    Row(
+        "ppo",
+        "gymnasium:CartPole-v1",
+        80_000,
+        settings=dict(
+            num_envs=8,
+            num_steps=32,
+            num_epochs=10,
+            num_minibatches=2,
+            learning_rate=1e-3,
+            gamma=0.98,
+            gae_lambda=0.8,
+            ent_coef=0.0,
+        ),
+    ),
     # Learning tests that repeated what a kept test shows (named), at their budgets and
     # settings; the trials behind each budget: benchmarks/RESULTS.md, "elemental emitters".
     # IMPALA with its actors in step (the test keeps 4 updates of lag); DDPG (TD3's and
@@ -286,8 +304,13 @@ ROWS = (
         12_000,
         settings=dict(memory="gru", memory_size=32, windows=Windows(10, 2, 5), batch_size=32),
     ),
-    # IPPO (MAPPO's test stays): the preset, 16 envs x 128 steps.
+    # IPPO and MAPPO at the preset, 16 envs x 128 steps (MAPPO's former test: random play
+    # + 3 in 3 of 4 seeds of key 0).
     Row("ippo", "jaxmarl:MPE_simple_spread_v3", 300_000),
+    Row("mappo", "jaxmarl:MPE_simple_spread_v3", 300_000),
+    # PPO-ES at its preset's budget (96 generations; training and fitness episodes), its
+    # former test: >= 475 in 3 of 4 seeds of key 0.
+    Row("ppo_es", "CartPole-v1", 772_608),
 )
 
 

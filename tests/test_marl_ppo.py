@@ -392,25 +392,11 @@ def random_return(env_id: str, episodes: int = 2000) -> float:
     return float(jnp.mean(evaluation.evaluate(act, None, view, jax.random.key(0), episodes, params).returns))
 
 
-@pytest.mark.learns
-@pytest.mark.optimised
-def test_mappo_learns_simple_spread():
-    """MPE simple_spread (3 agents, 25 steps, per-agent reward): uniform random play
-    returns about -26.3 per agent. With the preset (16 envs x 128 steps) and a budget
-    of BUDGET env steps, the final deterministic evaluation (32 episodes) beats random
-    play by at least MARGIN in at least 3 of 4 vmapped seeds. Shorter budgets leave too
-    little margin: over 8 seeds (jax.random.key(0)) one seed of 8 ended below random + 3
-    with IPPO at 150k and 200k steps and with MAPPO at 200k and 250k, 1 to 4 at 60k and
-    100k; the return climbs slowly after the first ~20k steps. (IPPO, which differs from
-    MAPPO in its critic's input alone: a row of benchmarks/learning_table.py.)"""
+@pytest.mark.slow
+def test_random_play_on_simple_spread_scores_the_learning_tables_baseline():
+    """MPE simple_spread (3 agents, 25 steps, per-agent reward): uniform random play returns
+    about -26.3 per agent, the baseline under benchmarks/learning_table.py's reference
+    for IPPO's and MAPPO's rows (random + 3; MAPPO's learning test became that row for
+    the suite's time budget)."""
     pytest.importorskip("jaxmarl")
-    baseline = random_return(SPREAD)
-    assert -27.5 < baseline < -25.0
-    config = mappo.preset(SPREAD, total_timesteps=BUDGET, num_evals=1, eval_episodes=32, num_reports=0)
-    out = jax.jit(jax.vmap(mappo.train, in_axes=(0, None)))(jax.random.split(jax.random.key(0), 4), config)
-    final = np.asarray(out.metrics["eval_return"][:, -1])
-    assert np.sum(final >= baseline + MARGIN) >= 3, (final, baseline)
-
-
-BUDGET = 300_000
-MARGIN = 3.0
+    assert -27.5 < random_return(SPREAD) < -25.0
