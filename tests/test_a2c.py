@@ -350,6 +350,7 @@ def solved(config, module, threshold, seeds=5):
 
 
 @pytest.mark.learns
+@pytest.mark.optimised
 def test_a2c_solves_cartpole_200():
     """A2C, 16 envs x 8 steps, GAE(0.95): mean eval return >= 195 on 200-step CartPole
     within 100k steps in 4 of 5 seeds."""
@@ -368,6 +369,7 @@ def test_reinforce_solves_cartpole_200():
 
 
 @pytest.mark.learns
+@pytest.mark.optimised
 def test_impala_learns_cartpole_with_its_actors_4_updates_behind():
     """IMPALA (V-trace, rho_bar = c_bar = 1), 16 envs x 8 steps, actors 4 updates behind
     the learner: mean eval return >= 200 on CartPole-v1 (random play: about 20) within

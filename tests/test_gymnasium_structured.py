@@ -463,6 +463,7 @@ def test_ppo_reaches_goals_from_dict_observations_through_gymnasium():
 
 
 @pytest.mark.learns
+@pytest.mark.optimised
 def test_sac_reaches_goals_from_dict_observations_through_gymnasium():
     """SAC on gymnasium:jaxrl_test/PointReach-v0 (4 envs, 4 updates of 128 per step of
     all envs, 64x64 MLP, gamma 0.9, 400 random steps first) for 2,400 env steps, 3

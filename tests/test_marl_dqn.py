@@ -325,6 +325,7 @@ def test_registry_and_presets():
 
 
 @pytest.mark.learns
+@pytest.mark.optimised
 @pytest.mark.parametrize("algo, threshold", [(iql, 75.0), (vdn, 55.0)], ids=["iql", "vdn"])
 def test_learns_the_climbing_game(algo, threshold):
     """MultiAgentClimbing-v0 with each module's defaults (100k env steps, 8 envs): the

@@ -155,6 +155,7 @@ def final_returns(module, config) -> np.ndarray:
 
 
 @pytest.mark.learns
+@pytest.mark.optimised
 def test_td3_reaches_a_goal_from_dict_observations():
     """The final evaluation's return (4k env steps) is at least a quarter of the zero
     action's (about -24, so >= about -6: the point must travel to the goal and stay
