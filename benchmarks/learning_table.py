@@ -53,6 +53,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _harness import add_common_arguments, fmt, measure_and_emit, measure_in_child, measure_plan, report  # noqa: E402
 
 from jaxrl.algorithms.dqn import RAINBOW  # noqa: E402  (rows' settings)
+from jaxrl.algorithms.ppo import PRESETS as PPO_PRESETS  # noqa: E402
 from jaxrl.buffers.sequence import Windows  # noqa: E402
 from jaxrl.value_heads import ImplicitQuantile, Quantile  # noqa: E402
 
@@ -246,23 +247,9 @@ ROWS = (
     # SAC's defaults through the Gymnasium bridge (host callbacks). As a test, over 5 seeds
     # evaluated every 2k steps: all >= -250 at 4k, 3-4 of 5 at 6k-10k, all at 12k-16k.
     Row("sac", "gymnasium:Pendulum-v1", 12_000),
-    # PPO through the bridge at RL Zoo's CartPole settings, its former test (>= 475 in 2 of
-    # 3 seeds of key 42; over 5 seeds all 500 at 80k, bridged and native alike).
-    Row(
-        "ppo",
-        "gymnasium:CartPole-v1",
-        80_000,
-        settings=dict(
-            num_envs=8,
-            num_steps=32,
-            num_epochs=10,
-            num_minibatches=2,
-            learning_rate=1e-3,
-            gamma=0.98,
-            gae_lambda=0.8,
-            ent_coef=0.0,
-        ),
-    ),
+    # PPO through the bridge at CartPole-v1's own preset (RL Zoo's settings): its former
+    # test's threshold and budget (>= 475 in 2 of 3 seeds at 80k).
+    Row("ppo", "gymnasium:CartPole-v1", 80_000, settings=PPO_PRESETS["CartPole-v1"]),
     # Learning tests that repeated what a kept test shows (named), at their budgets and
     # settings; the trials behind each budget: benchmarks/RESULTS.md, "elemental emitters".
     # IMPALA with its actors in step (the test keeps 4 updates of lag); DDPG (TD3's and
